@@ -1,0 +1,301 @@
+// Package redistest gives tests a Redis to talk to: miniredis in-process, the
+// shared real redis-server (with a fresh key prefix per test), or a
+// throwaway redis-server on a random port that a fault test may stop, pause
+// or restart. It also counts Redis round trips with a go-redis hook.
+//
+// Real-Redis tests skip with a message when no server is reachable, unless
+// DEPLOYCOORD_REQUIRE_REDIS=1 (CI sets it), in which case they fail.
+package redistest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// Addr is the shared real Redis: $REDIS_ADDR, or 127.0.0.1:6379.
+func Addr() string {
+	if a := os.Getenv("REDIS_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:6379"
+}
+
+// Required reports whether real-Redis tests must run (fail instead of skip).
+func Required() bool { return os.Getenv("DEPLOYCOORD_REQUIRE_REDIS") == "1" }
+
+// Prefix returns a fresh key prefix for one test, e.g. "t-3f2a9c1d:".
+func Prefix(t testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "t-" + hex.EncodeToString(b[:]) + ":"
+}
+
+// NewClient returns a go-redis client for addr with deadlines that reach the
+// socket (ContextTimeoutEnabled), closed when the test ends.
+func NewClient(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Mini starts an in-process miniredis and returns it with a client.
+func Mini(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	return m, NewClient(t, m.Addr())
+}
+
+// Real returns a client of the shared real Redis and a fresh key prefix. Keys
+// under the prefix are deleted when the test ends. It skips the test (or
+// fails it when Required) if no server answers.
+func Real(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	c := NewClient(t, Addr())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		unreachable(t, fmt.Sprintf("redis at %s: %v", Addr(), err))
+	}
+	prefix := Prefix(t)
+	t.Cleanup(func() { DeletePrefix(c, prefix) })
+	return c, prefix
+}
+
+// DeletePrefix removes every key under prefix (SCAN MATCH, test cleanup only:
+// prefixes made by Prefix have no glob characters).
+func DeletePrefix(c redis.UniversalClient, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 500 {
+			c.Unlink(ctx, batch...)
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		c.Unlink(ctx, batch...)
+	}
+}
+
+func unreachable(t testing.TB, why string) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("real Redis required (DEPLOYCOORD_REQUIRE_REDIS=1) but %s", why)
+	}
+	t.Skipf("skipping real-Redis test: %s (start redis-server or set REDIS_ADDR; CI sets DEPLOYCOORD_REQUIRE_REDIS=1)", why)
+}
+
+// Backend names a Redis a suite runs against.
+type Backend struct {
+	Name string
+	// New returns a client and a fresh key prefix for one test.
+	New func(t testing.TB) (redis.UniversalClient, string)
+	// Mini is set for the miniredis backend (to fast-forward its clock).
+	Mini func(t testing.TB) *miniredis.Miniredis
+}
+
+// Backends returns miniredis and the shared real Redis, so a suite can run
+// the same tests on both: for _, b := range redistest.Backends() { t.Run(b.Name, ...) }.
+// On the miniredis backend, Mini returns the server of the client made last
+// by New in that test.
+func Backends() []Backend {
+	var mu sync.Mutex
+	minis := map[testing.TB]*miniredis.Miniredis{}
+	return []Backend{
+		{
+			Name: "miniredis",
+			New: func(t testing.TB) (redis.UniversalClient, string) {
+				m, c := Mini(t)
+				mu.Lock()
+				minis[t] = m
+				mu.Unlock()
+				t.Cleanup(func() { mu.Lock(); delete(minis, t); mu.Unlock() })
+				return c, Prefix(t)
+			},
+			Mini: func(t testing.TB) *miniredis.Miniredis {
+				mu.Lock()
+				defer mu.Unlock()
+				return minis[t]
+			},
+		},
+		{
+			Name: "redis",
+			New: func(t testing.TB) (redis.UniversalClient, string) {
+				return Real(t)
+			},
+		},
+	}
+}
+
+// Server is a throwaway redis-server on a random port, owned by one test.
+type Server struct {
+	t    testing.TB
+	Addr string
+	Port int
+	dir  string
+	args []string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+}
+
+// StartServer starts redis-server on a free port with extra config args
+// (e.g. "--maxmemory-policy", "volatile-lru") and stops it when the test
+// ends. It skips (or fails when Required) if redis-server is not installed.
+func StartServer(t testing.TB, args ...string) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		unreachable(t, "redis-server is not installed")
+	}
+	s := &Server{t: t, dir: t.TempDir(), Port: freePort(t)}
+	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+	s.args = append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log")}, args...)
+	_ = bin
+	s.Start()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+// Start (re)starts the server process with the same port and config; it
+// comes back empty unless persistence was configured.
+func (s *Server) Start() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cmd := exec.Command("redis-server", s.args...)
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("start redis-server: %v", err)
+	}
+	s.cmd = cmd
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", s.Addr, 200*time.Millisecond)
+		if err == nil {
+			_, _ = conn.Write([]byte("PING\r\n"))
+			buf := make([]byte, 64)
+			_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+			n, _ := conn.Read(buf)
+			conn.Close()
+			if strings.HasPrefix(string(buf[:n]), "+PONG") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			s.t.Fatalf("redis-server on %s did not start: %v\n%s", s.Addr, err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill stops the server with SIGKILL and waits for it to exit.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart kills the server and starts it again, empty.
+func (s *Server) Restart() {
+	s.Kill()
+	s.Start()
+}
+
+// Stop pauses the server with SIGSTOP: connections stay open, nothing answers.
+func (s *Server) Stop() { s.signal(syscall.SIGSTOP) }
+
+// Cont resumes a server paused by Stop.
+func (s *Server) Cont() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
+// Client returns a client of the server, closed when the test ends.
+func (s *Server) Client() *redis.Client { return NewClient(s.t, s.Addr) }
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Counter is a go-redis hook that counts round trips: one per command sent
+// alone, one per pipeline (or MULTI/EXEC block) however many commands it
+// holds. Add it with client.AddHook(counter).
+type Counter struct {
+	n    atomic.Int64
+	cmds atomic.Int64
+}
+
+// RoundTrips returns the round trips counted so far.
+func (c *Counter) RoundTrips() int64 { return c.n.Load() }
+
+// Commands returns the commands counted so far.
+func (c *Counter) Commands() int64 { return c.cmds.Load() }
+
+// Reset sets the counts to zero.
+func (c *Counter) Reset() { c.n.Store(0); c.cmds.Store(0) }
+
+// Count runs f and returns the round trips it made.
+func (c *Counter) Count(f func()) int64 {
+	before := c.n.Load()
+	f()
+	return c.n.Load() - before
+}
+
+// DialHook implements redis.Hook.
+func (c *Counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (c *Counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		c.cmds.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (c *Counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		c.cmds.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}

@@ -1,0 +1,108 @@
+package task
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/deploycoord/deploycoord/checkpoint"
+)
+
+// Guard is what a write proves about its writer: the tenant lock value it
+// holds and the lock's fencing token. A write with an empty LockValue is made
+// without the lock; stores accept it only when the record is unchanged since
+// the writer read it (Write.ExpectSeq) and no newer fence has written it.
+type Guard struct {
+	LockValue string
+	Fence     int64
+}
+
+// Write is one atomic change of a task in storage: the task record, its
+// checkpoint, its timeline and, when the status changes, its plan's counts.
+// A store applies all of it or none of it (the plan counts follow in the same
+// round trip; see the repository package).
+type Write struct {
+	// Task is the record after the change. Every field is written except the
+	// requests (PauseRequested, CancelRequested), which belong to whoever
+	// asks for them; see ClearRequests.
+	Task *Task
+	// PrevStatus is the status the writer saw before the change. When it
+	// differs from Task.Status the plan's counts move.
+	PrevStatus Status
+	// ExpectSeq is the Seq the stored record must have; the write stores
+	// ExpectSeq+1.
+	ExpectSeq int64
+	Guard     Guard
+	// Checkpoint, when set, replaces the task's checkpoint; DeleteCheckpoint
+	// removes it (a retry from the start).
+	Checkpoint       *checkpoint.Checkpoint
+	DeleteCheckpoint bool
+	// Events are appended to the task's timeline.
+	Events []Event
+	// ClearRequests resets the stored pause and cancel requests.
+	ClearRequests bool
+	// ReleaseLock deletes the tenant lock held with Guard.LockValue in the
+	// same atomic step as the write (the task's last write of a run).
+	ReleaseLock bool
+}
+
+// WriteResult is what a store reports after a successful Write.
+type WriteResult struct {
+	// Seq is the record's new Seq.
+	Seq int64
+	// PauseRequested and CancelRequested are the requests stored on the task
+	// when it was written, for the running instance to honour.
+	PauseRequested  bool
+	CancelRequested bool
+	// PlanStatus is the plan's status after its counts moved (a plan.Status
+	// value), or "" when the counts did not move.
+	PlanStatus string
+}
+
+// ErrWriteRefused is matched by every *RefusedError.
+var ErrWriteRefused = errors.New("task: write refused")
+
+// RefuseReason says why a store refused a write.
+type RefuseReason string
+
+const (
+	// RefusedLock: the writer does not hold the tenant lock any more.
+	RefusedLock RefuseReason = "lock"
+	// RefusedFence: a writer with a newer fencing token has written the task.
+	RefusedFence RefuseReason = "fence"
+	// RefusedSeq: the record changed since the writer read it.
+	RefusedSeq RefuseReason = "seq"
+	// RefusedMissing: the record does not exist (expired or never created).
+	RefusedMissing RefuseReason = "missing"
+)
+
+// RefusedError is returned when a store refuses a write. It carries what is
+// stored now, so the writer can tell what happened without another read.
+type RefusedError struct {
+	TaskID string
+	Reason RefuseReason
+	// Stored state of the record at the time of the refusal.
+	Status Status
+	Seq    int64
+	Fence  int64
+	Owner  string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("task %s: write refused (%s): stored status %s, seq %d, fence %d, owner %q",
+		e.TaskID, e.Reason, e.Status, e.Seq, e.Fence, e.Owner)
+}
+
+// Is makes errors.Is(err, ErrWriteRefused) match.
+func (e *RefusedError) Is(target error) bool { return target == ErrWriteRefused }
+
+// Request is a cooperative request stored on a task for its running instance.
+type Request string
+
+const (
+	// RequestPause asks the running instance to pause after the current stage.
+	RequestPause Request = "pause"
+	// RequestCancel asks it to cancel after the current stage.
+	RequestCancel Request = "cancel"
+	// RequestClearPause withdraws a pause request not yet honoured.
+	RequestClearPause Request = "clear_pause"
+)
