@@ -1,0 +1,81 @@
+// Package tenantlock is the per-tenant lock of deploycoord: one lock per
+// tenant, held while the tenant's task runs, with a lease that its holder
+// renews and a fencing token that every task and checkpoint write carries
+// (DESIGN §2 "Tenant lock", §5). It is the only package that uses redsync.
+//
+// # Keys
+//
+//	{p}lock:tenant:{<tenant>}    STRING  lock value (JSON naming the holder)   TTL = lease
+//	{p}fence:tenant:{<tenant>}   STRING  last fencing token handed out        no TTL
+//
+// Config.LockKey and Config.FenceKey build them (the repository owns the key
+// layout); the braces are a Redis Cluster hash tag, so both keys share the
+// tenant's slot with its records and one script can check lock, fence and
+// write the task atomically. Tenant ids and holder fields are checked
+// against the tenant allowlist ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ before
+// anything reaches Redis.
+//
+// # Acquire, lease and renewal
+//
+//	Acquire ──SET NX PX + INCR fence (one script)──► Lease ──renewer: PEXPIRE if value is ours,
+//	   │                                              │      every RenewEvery (default Lease/3)
+//	   └─ held ─► *LockedError (holder, TTL, fence)   ├─ refused ─────────────► lost at once
+//	                                                  ├─ failed / timed out ──► retry every RenewEvery/4
+//	                                                  │                          until the deadline, then lost
+//	                                                  ├─ Release ─► stop renewer, compare-and-delete
+//	                                                  └─ Forget ──► stop renewer (last fenced write deleted the lock)
+//
+// Acquire takes a redsync Mutex with WithExpiry(Lease), WithTries(1) (the
+// caller decides whether to wait) and a value that names the holder,
+// {"planId","taskId","owner","nonce"}, unique per acquisition thanks to the
+// random nonce. The Lease starts one renewer goroutine, the only user of the
+// Mutex (redsync's Mutex is not safe for concurrent use); Release stops it and
+// waits for it to exit before it unlocks, and other goroutines read the
+// deadline atomically. Deadline is redsync's Until: the time the last
+// confirmed request was sent plus the lease, less 1% for clock drift. Each
+// extension runs with a context deadline no later than that, so a hung Redis
+// cannot keep a lease alive past it: Lost closes by the deadline (plus
+// scheduling slack) and Check fails before that by the caller's margin.
+//
+// WithSetNXOnExtend is never used: it re-creates a lock that expired, which
+// would resurrect a lease that another instance may have taken and released
+// meanwhile, behind the back of the fencing token.
+//
+// # Fencing tokens
+//
+// redsync calls SetNX on its Pool's Conn; the package gives redsync its own
+// Pool (lockPool) whose SetNX runs scripts/acquire_lock.lua instead of a bare
+// SET NX PX: when the SET succeeds, the same script INCRs the tenant's fence
+// counter and returns the token, so a token is taken only by the acquirer, in
+// the same atomic step and round trip as the lock. The counter is raised to
+// a floor, Clock().UnixMilli(), when below it: a counter lost to eviction or
+// to a restart from an old snapshot still yields a token above every token
+// handed out before, as long as tokens were not taken faster than one per
+// millisecond and clocks agree within the time between two acquisitions of a
+// tenant. The counter has no TTL, and only a holder moves it, so while the
+// lock is held the counter is exactly the holder's token; ForceRelease
+// compares it with the token the operator saw (scripts/force_release_lock.lua,
+// one atomic step). A pool per acquisition hands the token back to Acquire.
+//
+// # Failures
+//
+// Errors never carry go-redis or redsync types. A held lock is a
+// *LockedError (ErrLocked); a failed or timed-out Redis call, or an ended
+// context, is a *RedisError whose Unavailable method says whether Redis was
+// unreachable or too slow (the coordinator checks
+// interface{ Unavailable() bool }); a bad id matches ErrInvalid. A lost lease
+// reports an error matching ErrLeaseLost through Err and Check. Release never
+// deletes a lock that holds another value; releasing a lease whose lock is
+// already gone returns nil. A SET NX that succeeds in Redis but whose answer
+// is lost leaves the lock to expire after one lease (redsync sends a
+// compare-and-delete for it, which may fail the same way).
+//
+// go-redis applies context deadlines to the socket only when the client was
+// made with ContextTimeoutEnabled: true. Without it, calls wait for the
+// client's ReadTimeout instead, and a renewal against a hung Redis can
+// outlive the lease. The package cannot check this setting; every client
+// given to New must have it (redistest.NewClient does).
+//
+// The Lease talks to its lock through a small backend interface, so that a
+// single-instance mode can later back it with in-process locks.
+package tenantlock

@@ -1,0 +1,151 @@
+package tenantlock
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// testBundle is one test's Redis, keys and Locker.
+type testBundle struct {
+	client  redis.UniversalClient
+	prefix  string
+	mini    *miniredis.Miniredis // nil on a real Redis
+	addr    string
+	counter *redistest.Counter
+	cfg     Config
+	locker  *Locker
+}
+
+// setup builds a Locker on a fresh client of b; cfg's key builders are set
+// to the repository's layout under a fresh prefix.
+func setup(t *testing.T, b redistest.Backend, cfg Config) *testBundle {
+	t.Helper()
+	c, prefix := b.New(t)
+	tb := &testBundle{client: c, prefix: prefix, counter: &redistest.Counter{}}
+	if b.Mini != nil {
+		tb.mini = b.Mini(t)
+		tb.addr = tb.mini.Addr()
+	} else {
+		tb.addr = redistest.Addr()
+	}
+	c.AddHook(tb.counter)
+	tb.cfg = withKeys(cfg, prefix)
+	l, err := New(c, tb.cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	tb.locker = l
+	return tb
+}
+
+func withKeys(cfg Config, prefix string) Config {
+	cfg.LockKey = func(id string) string { return prefix + "lock:tenant:{" + id + "}" }
+	cfg.FenceKey = func(id string) string { return prefix + "fence:tenant:{" + id + "}" }
+	return cfg
+}
+
+// secondLocker is a Locker on another client of the same Redis (another
+// coordinator instance).
+func (tb *testBundle) secondLocker(t *testing.T) *Locker {
+	t.Helper()
+	l, err := New(redistest.NewClient(t, tb.addr), tb.cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return l
+}
+
+func (tb *testBundle) lockKey(tenant string) string  { return tb.cfg.LockKey(tenant) }
+func (tb *testBundle) fenceKey(tenant string) string { return tb.cfg.FenceKey(tenant) }
+
+// get returns the value at key, "" when missing.
+func (tb *testBundle) get(t *testing.T, key string) string {
+	t.Helper()
+	v, err := tb.client.Get(context.Background(), key).Result()
+	if err == redis.Nil {
+		return ""
+	}
+	if err != nil {
+		t.Fatalf("GET %s: %v", key, err)
+	}
+	return v
+}
+
+// keys lists the keys under the test's prefix.
+func (tb *testBundle) keys(t *testing.T) []string {
+	t.Helper()
+	ks, err := tb.client.Keys(context.Background(), tb.prefix+"*").Result()
+	if err != nil {
+		t.Fatalf("KEYS: %v", err)
+	}
+	return ks
+}
+
+func holder(task string) Holder {
+	return Holder{PlanID: "plan-01", TaskID: task, Instance: "coord-a"}
+}
+
+// acquire takes the tenant's lock or fails the test. When the test ends it
+// forgets the lease and checks that its renewer goroutine exits.
+func (tb *testBundle) acquire(t *testing.T, tenant string, h Holder) *Lease {
+	t.Helper()
+	l, err := tb.locker.Acquire(context.Background(), tenant, h)
+	if err != nil {
+		t.Fatalf("Acquire(%s): %v", tenant, err)
+	}
+	watch(t, l)
+	return l
+}
+
+// watch forgets l when the test ends and fails the test if its renewer
+// goroutine does not exit.
+func watch(t *testing.T, l *Lease) {
+	t.Cleanup(func() {
+		l.Forget()
+		waitDone(t, l, 3*time.Second)
+	})
+}
+
+func waitDone(t *testing.T, l *Lease, within time.Duration) {
+	t.Helper()
+	select {
+	case <-l.done:
+	case <-time.After(within):
+		t.Errorf("renewer goroutine of tenant %s still running %s after Release/Forget", l.tenantID, within)
+	}
+}
+
+// waitLost waits for l to be lost and returns when it saw it, failing the
+// test after within.
+func waitLost(t *testing.T, l *Lease, within time.Duration) time.Time {
+	t.Helper()
+	select {
+	case <-l.Lost():
+		return time.Now()
+	case <-time.After(within):
+		t.Fatalf("lease of tenant %s not lost after %s", l.tenantID, within)
+		return time.Time{}
+	}
+}
+
+// fakeClock is a settable clock for fence floors.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *fakeClock) Add(d time.Duration) { c.mu.Lock(); defer c.mu.Unlock(); c.now = c.now.Add(d) }
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,299 @@
+package tenantlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// LeaseDefault is the lock TTL when Config.Lease is zero.
+	LeaseDefault = 60 * time.Second
+	// LeaseMin is the shortest lease New accepts.
+	LeaseMin = 50 * time.Millisecond
+
+	// driftFactor is redsync's allowance for clock drift: the local deadline
+	// is Lease*driftFactor earlier than the key's expiry.
+	driftFactor = 0.01
+	// acquireTimeoutMin bounds redsync's timeout for the SET NX call from
+	// below; redsync's default (Lease/20) is too short for short leases.
+	acquireTimeoutMin = 100 * time.Millisecond
+)
+
+// Config configures a Locker. Zero fields take the documented defaults.
+type Config struct {
+	// Lease is the lock TTL (default LeaseDefault, at least LeaseMin). A
+	// crashed holder's lock frees itself within one lease.
+	Lease time.Duration
+	// RenewEvery is the renewal period (default Lease/3; less than Lease).
+	RenewEvery time.Duration
+	// LockKey and FenceKey build the Redis keys for a tenant (required). The
+	// coordinator passes the repository's key builders,
+	// "{p}lock:tenant:{<tenant>}" and "{p}fence:tenant:{<tenant>}": the
+	// literal braces are a Redis Cluster hash tag, so both keys (and the
+	// tenant's records) share a slot.
+	LockKey, FenceKey func(tenantID string) string
+	// Clock gives the floor of fencing tokens (default time.Now): a token is
+	// never below Clock().UnixMilli(). Lease deadlines use the monotonic
+	// clock (time.Now), as redsync does.
+	Clock func() time.Time
+}
+
+// Locker takes, inspects and force-releases tenant locks in Redis. It is safe
+// for concurrent use.
+type Locker struct {
+	client        redis.UniversalClient
+	lease         time.Duration
+	renewEvery    time.Duration
+	lockKey       func(string) string
+	fenceKey      func(string) string
+	clock         func() time.Time
+	timeoutFactor float64
+}
+
+// New returns a Locker on client. The client must be made with
+// ContextTimeoutEnabled: true, else context deadlines do not reach the socket
+// and a hung Redis can hold a renewal past the lease (see the package doc).
+func New(client redis.UniversalClient, cfg Config) (*Locker, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
+	}
+	if cfg.LockKey == nil || cfg.FenceKey == nil {
+		return nil, fmt.Errorf("%w: Config.LockKey and Config.FenceKey are required", ErrInvalid)
+	}
+	lease := cfg.Lease
+	if lease == 0 {
+		lease = LeaseDefault
+	}
+	if lease < LeaseMin {
+		return nil, fmt.Errorf("%w: lease %s is shorter than %s", ErrInvalid, lease, LeaseMin)
+	}
+	renewEvery := cfg.RenewEvery
+	if renewEvery == 0 {
+		renewEvery = lease / 3
+	}
+	if renewEvery < 0 || renewEvery >= lease {
+		return nil, fmt.Errorf("%w: renewal period %s must be positive and shorter than the lease %s", ErrInvalid, renewEvery, lease)
+	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = time.Now
+	}
+	tf := max(0.05, float64(acquireTimeoutMin)/float64(lease))
+	return &Locker{
+		client:        client,
+		lease:         lease,
+		renewEvery:    renewEvery,
+		lockKey:       cfg.LockKey,
+		fenceKey:      cfg.FenceKey,
+		clock:         clock,
+		timeoutFactor: min(tf, 1.0/3),
+	}, nil
+}
+
+// Acquire takes the tenant's lock for h with a new fencing token, in one
+// round trip (the token is taken by the SET NX script), and starts renewing
+// it. It does not wait: when another holder has the lock it returns a
+// *LockedError (errors.Is ErrLocked) naming that holder. A Redis failure or
+// an ended context is a *RedisError; a bad tenant id or holder field an error
+// matching ErrInvalid.
+//
+// The SET NX call is bounded by Lease/20, at least 100ms and at most
+// Lease/3 (and by ctx); the lease's deadline counts from when it was sent.
+func (l *Locker) Acquire(ctx context.Context, tenantID string, h Holder) (*Lease, error) {
+	if err := validTenant(tenantID); err != nil {
+		return nil, err
+	}
+	if err := validHolder(h); err != nil {
+		return nil, err
+	}
+	// A second attempt only when the lock was freed between the refused SET
+	// NX and the read of its holder.
+	for attempt := 0; ; attempt++ {
+		p := &lockPool{client: l.client, fenceKey: l.fenceKey(tenantID), clock: l.clock}
+		m := redsync.New(p).NewMutex(l.lockKey(tenantID),
+			redsync.WithExpiry(l.lease),
+			redsync.WithTries(1),
+			redsync.WithDriftFactor(driftFactor),
+			redsync.WithTimeoutFactor(l.timeoutFactor),
+			redsync.WithGenValueFunc(func() (string, error) { return encodeValue(h) }),
+		)
+		err := m.TryLockContext(ctx)
+		if err == nil {
+			b := &redsyncBackend{m: m, tenantID: tenantID}
+			return newLease(tenantID, h, m.Value(), p.fence.Load(), m.Until(), l.renewEvery, b), nil
+		}
+		if !isTaken(err) {
+			return nil, redisError(ctx, "acquire", tenantID, err)
+		}
+		info, err := l.View(ctx, tenantID)
+		if err != nil {
+			return nil, err
+		}
+		if !info.Held && attempt == 0 {
+			continue
+		}
+		return nil, &LockedError{TenantID: tenantID, Holder: info.Holder, TTL: info.TTL, Fence: info.Fence, Value: info.Value}
+	}
+}
+
+// View returns who holds the tenant's lock, for how long, and the last
+// fencing token, in one round trip (a MULTI/EXEC block, so the three reads
+// are consistent). A value this package did not write is reported as held,
+// with a zero Holder and the raw Value.
+func (l *Locker) View(ctx context.Context, tenantID string) (Info, error) {
+	if err := validTenant(tenantID); err != nil {
+		return Info{}, err
+	}
+	var get, fence *redis.StringCmd
+	var pttl *redis.DurationCmd
+	_, err := l.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		get = p.Get(ctx, l.lockKey(tenantID))
+		pttl = p.PTTL(ctx, l.lockKey(tenantID))
+		fence = p.Get(ctx, l.fenceKey(tenantID))
+		return nil
+	})
+	// A missing key is redis.Nil on its command; any other error fails the view.
+	for _, c := range []redis.Cmder{get, pttl, fence} {
+		if c.Err() != nil && !errors.Is(c.Err(), redis.Nil) {
+			err = c.Err()
+		}
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Info{}, redisError(ctx, "view", tenantID, err)
+	}
+	info := Info{TenantID: tenantID}
+	if info.Fence, err = parseFence(fence.Val()); err != nil {
+		return Info{}, fmt.Errorf("tenantlock: view tenant %s: %w", tenantID, err)
+	}
+	if get.Err() == nil {
+		fillHeld(&info, get.Val(), pttl.Val())
+	}
+	return info, nil
+}
+
+// ForceRelease deletes the tenant's lock if the fencing token is still
+// expectedFence (break-glass: the operator saw that token), atomically, and
+// returns the lock as it was. Returns ErrNotHeld (with the Info) when nobody
+// holds the lock, a *MismatchError (errors.Is ErrFenceMismatch) when the
+// lock changed hands, a *RedisError when Redis failed.
+func (l *Locker) ForceRelease(ctx context.Context, tenantID string, expectedFence int64) (Info, error) {
+	if err := validTenant(tenantID); err != nil {
+		return Info{}, err
+	}
+	if expectedFence <= 0 {
+		return Info{}, fmt.Errorf("%w: expected fence %d must be positive", ErrInvalid, expectedFence)
+	}
+	code, value, ttl, fence, err := runForceRelease(ctx, l.client, l.lockKey(tenantID), l.fenceKey(tenantID), expectedFence)
+	if err != nil {
+		return Info{}, redisError(ctx, "force-release", tenantID, err)
+	}
+	info := Info{TenantID: tenantID}
+	if info.Fence, err = parseFence(fence); err != nil {
+		return Info{}, fmt.Errorf("tenantlock: force-release tenant %s: %w", tenantID, err)
+	}
+	if code == forceNotHeld {
+		return info, fmt.Errorf("tenantlock: force-release tenant %s: %w", tenantID, ErrNotHeld)
+	}
+	fillHeld(&info, value, ttl)
+	if code == forceMismatch {
+		return info, &MismatchError{Expected: expectedFence, Current: info}
+	}
+	return info, nil
+}
+
+func fillHeld(info *Info, value string, ttl time.Duration) {
+	info.Held = true
+	info.Value = value
+	if h, ok := decodeValue(value); ok {
+		info.Holder = h
+	}
+	// PTTL answers -1 (no expiry, a foreign key) or -2 (gone) as negative
+	// durations; report no time left then.
+	info.TTL = max(ttl, 0)
+}
+
+func parseFence(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("fence counter holds %s, not an integer", quote(s))
+	}
+	return n, nil
+}
+
+// lockValue is the JSON stored as the lock's value. The nonce makes every
+// acquisition's value unique, so a holder's compare-and-delete never matches
+// a later holder's lock.
+type lockValue struct {
+	Holder
+	Nonce string `json:"nonce"`
+}
+
+func encodeValue(h Holder) (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("tenantlock: lock value nonce: %w", err)
+	}
+	v, err := json.Marshal(lockValue{Holder: h, Nonce: hex.EncodeToString(b[:])})
+	if err != nil {
+		return "", fmt.Errorf("tenantlock: encode lock value: %w", err)
+	}
+	return string(v), nil
+}
+
+// decodeValue parses a value written by encodeValue; ok is false for any
+// other (foreign) value.
+func decodeValue(s string) (Holder, bool) {
+	var v lockValue
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return Holder{}, false
+	}
+	if v.Nonce == "" || validHolder(v.Holder) != nil {
+		return Holder{}, false
+	}
+	return v.Holder, true
+}
+
+// idRe is the tenant id allowlist (DESIGN §4), kept here so that tenantlock
+// does not import the domain packages; holder fields follow it too. It keeps
+// braces, colons, glob characters, whitespace and control characters out of
+// keys, lock values and log lines.
+var idRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+func validTenant(id string) error {
+	if !idRe.MatchString(id) {
+		return fmt.Errorf("%w: tenant id %s must match %s", ErrInvalid, quote(id), idRe)
+	}
+	return nil
+}
+
+func validHolder(h Holder) error {
+	for _, f := range []struct{ name, v string }{{"plan id", h.PlanID}, {"task id", h.TaskID}, {"instance", h.Instance}} {
+		if !idRe.MatchString(f.v) {
+			return fmt.Errorf("%w: holder %s %s must match %s", ErrInvalid, f.name, quote(f.v), idRe)
+		}
+	}
+	return nil
+}
+
+// quote quotes s for an error message, escaping control characters and
+// cutting it short.
+func quote(s string) string {
+	const limit = 64
+	if len(s) > limit {
+		return strconv.Quote(s[:limit]) + "..."
+	}
+	return strconv.Quote(s)
+}

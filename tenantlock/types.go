@@ -1,0 +1,112 @@
+package tenantlock
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Holder names who holds a tenant lock: the plan and task it runs for and the
+// coordinator instance running it. It is stored in the lock's value.
+type Holder struct {
+	PlanID   string `json:"planId"`
+	TaskID   string `json:"taskId"`
+	Instance string `json:"owner"`
+}
+
+// Info is a read-only view of a tenant lock.
+type Info struct {
+	TenantID string
+	// Held is false when nobody holds the lock (the other fields are zero,
+	// except Fence: the last token handed out).
+	Held   bool
+	Holder Holder
+	// TTL is the time left on the lease.
+	TTL time.Duration
+	// Fence is the fencing token of the current holder (the last one
+	// handed out for the tenant).
+	Fence int64
+	// Value is the raw lock value, as compared by the fenced writes.
+	Value string
+}
+
+var (
+	// ErrLocked is matched by every *LockedError.
+	ErrLocked = errors.New("tenantlock: tenant is locked")
+	// ErrLeaseLost means the lease ran out or the lock was taken or deleted
+	// by someone else: the holder must stop writing at once.
+	ErrLeaseLost = errors.New("tenantlock: lease lost")
+	// ErrNotHeld is returned by ForceRelease when nobody holds the lock.
+	ErrNotHeld = errors.New("tenantlock: lock not held")
+	// ErrFenceMismatch is matched by every *MismatchError.
+	ErrFenceMismatch = errors.New("tenantlock: fence mismatch")
+	// ErrInvalid is matched by the errors for a malformed tenant id, holder
+	// field or argument; nothing reaches Redis then.
+	ErrInvalid = errors.New("tenantlock: invalid argument")
+)
+
+// LockedError is returned by Acquire when another holder has the lock.
+type LockedError struct {
+	TenantID string
+	// Holder is zero when the lock holds a value this package did not
+	// write (see Value).
+	Holder Holder
+	TTL    time.Duration
+	Fence  int64
+	// Value is the raw lock value.
+	Value string
+}
+
+func (e *LockedError) Error() string {
+	if e.Holder == (Holder{}) {
+		return fmt.Sprintf("tenant %s is locked by a foreign value %s (fence %d, %s left)",
+			e.TenantID, quote(e.Value), e.Fence, e.TTL.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("tenant %s is locked by task %s of plan %s on instance %s (fence %d, %s left)",
+		e.TenantID, e.Holder.TaskID, e.Holder.PlanID, e.Holder.Instance, e.Fence, e.TTL.Round(time.Millisecond))
+}
+
+// Is makes errors.Is(err, ErrLocked) match.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+
+// MismatchError is returned by ForceRelease when the lock's fence is not the
+// one the operator saw: someone else holds it now.
+type MismatchError struct {
+	Expected int64
+	Current  Info
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("tenant %s: lock fence is %d, not %d: it changed hands", e.Current.TenantID, e.Current.Fence, e.Expected)
+}
+
+// Is makes errors.Is(err, ErrFenceMismatch) match.
+func (e *MismatchError) Is(target error) bool { return target == ErrFenceMismatch }
+
+// RedisError is returned when a call to Redis failed or its context ended
+// before Redis answered: the lock's state is unknown. It carries the cause's
+// text; it unwraps only to context.Canceled or context.DeadlineExceeded, so
+// no go-redis or redsync error leaves the package.
+type RedisError struct {
+	// Op is what failed: "acquire", "view", "force-release", "release" or
+	// "extend".
+	Op       string
+	TenantID string
+	// Cause is the text of the underlying error.
+	Cause       string
+	unavailable bool
+	ctxErr      error
+}
+
+func (e *RedisError) Error() string {
+	return fmt.Sprintf("tenantlock: %s tenant %s: %s", e.Op, e.TenantID, e.Cause)
+}
+
+// Unavailable reports whether Redis was unreachable, too slow or not ready
+// (connection refused or reset, timeout, deadline exceeded, LOADING, ...),
+// as opposed to refusing the command or the caller cancelling.
+func (e *RedisError) Unavailable() bool { return e.unavailable }
+
+// Unwrap returns context.Canceled or context.DeadlineExceeded when the call
+// ended with its context, else nil.
+func (e *RedisError) Unwrap() error { return e.ctxErr }
