@@ -43,8 +43,12 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // MarshalJSON writes d as a duration string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
 
-// UnmarshalJSON reads a duration string or a number of nanoseconds.
+// UnmarshalJSON reads a duration string or a number of nanoseconds; null
+// leaves d unchanged, as encoding/json does for built-in types.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err == nil {
 		v, err := time.ParseDuration(s)
