@@ -8,7 +8,10 @@
 //	   └──cancel──► CANCELLED ◄──cancel── RUNNING, PAUSED
 //
 // A finished plan (COMPLETED, FAILED, CANCELLED) goes back to RUNNING when a
-// person retries one of its tasks, and finishes again when that task does.
+// person re-runs one of its tasks (never because a task it was already running
+// moves), and finishes again when that task does. The failure threshold
+// pauses a RUNNING plan on each new failure beyond it; a resumed plan runs on
+// until the next one. See Derive.
 package plan
 
 import (
@@ -257,27 +260,39 @@ func (c Counts) Total() int {
 	return n
 }
 
-// Derive returns the status a plan in status current moves to, given its
-// task counts, its number of tasks and its failure threshold (0 = none), and
-// the reason to record. Stores apply the same rule atomically when counts
-// move (repository/scripts/move_plan_counts.lua mirrors it; a test keeps the
-// two in step):
+// Derive returns the status a plan in status current moves to, and the
+// reason to record, when a write moves its task counts. c is the counts after
+// the write, total the plan's number of tasks, maxFailed its failure
+// threshold (0 = none), and from → to the status move of the task whose write
+// moved the counts (both "" when no single task moved, e.g. a recount). Stores
+// apply the same rule atomically when counts move
+// (repository/scripts/derive_plan.lua mirrors it; a test keeps the two in
+// step):
 //
 //   - RUNNING or PAUSED with no active task → COMPLETED if every task
 //     completed, else FAILED;
-//   - COMPLETED, FAILED or CANCELLED with a RUNNING task (a manual retry) →
-//     RUNNING;
-//   - RUNNING with more than maxFailed FAILED tasks → PAUSED.
-func Derive(current Status, c Counts, total, maxFailed int) (Status, string) {
+//   - COMPLETED, FAILED or CANCELLED, and the move is a manual re-run (to
+//     RUNNING from FAILED, PAUSED, CANCELLED or RUNNING: a retry, a resume or
+//     a takeover; not a start from PENDING) → RUNNING. Other moves leave a
+//     finished plan alone, even with tasks still RUNNING: a cancelled plan's
+//     task finishing its stage, another of its tasks being cancelled, or a
+//     PENDING task started just after the cancel;
+//   - RUNNING, maxFailed > 0, the move is a new failure (to FAILED from any
+//     other status) and more than maxFailed tasks FAILED → PAUSED with
+//     ReasonFailureThreshold. Each new failure beyond the threshold pauses
+//     the plan again, but a plan resumed by a person is not paused again by
+//     moves that add no failure.
+func Derive(current Status, c Counts, total, maxFailed int, from, to task.Status) (Status, string) {
 	switch {
 	case (current == StatusRunning || current == StatusPaused) && c.Active() == 0:
 		if c[task.StatusCompleted] == total {
 			return StatusCompleted, ""
 		}
 		return StatusFailed, fmt.Sprintf("%d of %d tasks did not complete", total-c[task.StatusCompleted], total)
-	case current.Finished() && c[task.StatusRunning] > 0:
+	case current.Finished() && to == task.StatusRunning && from != task.StatusPending && from != "":
 		return StatusRunning, ""
-	case current == StatusRunning && maxFailed > 0 && c[task.StatusFailed] > maxFailed:
+	case current == StatusRunning && maxFailed > 0 && to == task.StatusFailed && from != task.StatusFailed &&
+		c[task.StatusFailed] > maxFailed:
 		return StatusPaused, ReasonFailureThreshold
 	}
 	return current, ""

@@ -228,49 +228,106 @@ func TestDerive(t *testing.T) {
 		current    plan.Status
 		c          counts
 		total, max int
+		from, to   task.Status
 		want       plan.Status
 		reason     string
 	}{
-		{"Completed/AllDone", plan.StatusRunning, counts{co: 4}, 4, 0, plan.StatusCompleted, ""},
-		{"Completed/FromPaused", plan.StatusPaused, counts{co: 4}, 4, 0, plan.StatusCompleted, ""},
-		{"Completed/ZeroEntriesIgnored", plan.StatusRunning, counts{co: 2, pe: 0, ru: 0, fa: 0}, 2, 1, plan.StatusCompleted, ""},
-		{"Failed/OneFailed", plan.StatusRunning, counts{co: 3, fa: 1}, 4, 0, plan.StatusFailed, "1 of 4 tasks did not complete"},
-		{"Failed/OneCancelled", plan.StatusRunning, counts{co: 3, ca: 1}, 4, 0, plan.StatusFailed, "1 of 4 tasks did not complete"},
-		{"Failed/FromPaused", plan.StatusPaused, counts{fa: 2, ca: 1, co: 1}, 4, 1, plan.StatusFailed, "3 of 4 tasks did not complete"},
-		{"Failed/OverThresholdButNothingActive", plan.StatusRunning, counts{fa: 3, co: 1}, 4, 1, plan.StatusFailed, "3 of 4 tasks did not complete"},
-		{"Failed/AllFailed", plan.StatusRunning, counts{fa: 4}, 4, 0, plan.StatusFailed, "4 of 4 tasks did not complete"},
-		{"Running/PendingLeft", plan.StatusRunning, counts{co: 3, pe: 1}, 4, 0, plan.StatusRunning, ""},
-		{"Running/RunningLeft", plan.StatusRunning, counts{co: 3, ru: 1}, 4, 0, plan.StatusRunning, ""},
-		{"Running/PausedTaskLeft", plan.StatusRunning, counts{co: 3, pa: 1}, 4, 0, plan.StatusRunning, ""},
-		{"Running/AtThreshold", plan.StatusRunning, counts{fa: 2, pe: 2}, 4, 2, plan.StatusRunning, ""},
-		{"Running/ThresholdZeroIsNone", plan.StatusRunning, counts{fa: 3, pe: 1}, 4, 0, plan.StatusRunning, ""},
-		{"Paused/OverThreshold", plan.StatusRunning, counts{fa: 3, pe: 1}, 4, 2, plan.StatusPaused, plan.ReasonFailureThreshold},
-		{"Paused/ThresholdOne", plan.StatusRunning, counts{fa: 2, ru: 1, pe: 7}, 10, 1, plan.StatusPaused, plan.ReasonFailureThreshold},
-		{"Paused/StaysPausedOverThreshold", plan.StatusPaused, counts{fa: 3, pe: 1}, 4, 2, plan.StatusPaused, ""},
-		{"Paused/StaysWithTasksLeft", plan.StatusPaused, counts{co: 1, pa: 2, pe: 1}, 4, 0, plan.StatusPaused, ""},
-		{"Running/ReopenedCompleted", plan.StatusCompleted, counts{co: 3, ru: 1}, 4, 0, plan.StatusRunning, ""},
-		{"Running/ReopenedFailed", plan.StatusFailed, counts{fa: 1, ru: 1, co: 2}, 4, 0, plan.StatusRunning, ""},
-		{"Running/ReopenedCancelled", plan.StatusCancelled, counts{ca: 3, ru: 1}, 4, 0, plan.StatusRunning, ""},
-		{"Running/ReopenedOverThreshold", plan.StatusFailed, counts{fa: 3, ru: 1}, 4, 1, plan.StatusRunning, ""},
-		{"Finished/StaysCompleted", plan.StatusCompleted, counts{co: 4}, 4, 0, plan.StatusCompleted, ""},
-		{"Finished/StaysFailed", plan.StatusFailed, counts{co: 3, fa: 1}, 4, 0, plan.StatusFailed, ""},
-		{"Finished/CancelledStaysWithPending", plan.StatusCancelled, counts{pe: 2, ca: 2}, 4, 0, plan.StatusCancelled, ""},
-		{"Finished/CancelledStaysWithPaused", plan.StatusCancelled, counts{pa: 1, ca: 3}, 4, 0, plan.StatusCancelled, ""},
-		{"Created/StaysWithPending", plan.StatusCreated, counts{pe: 4}, 4, 0, plan.StatusCreated, ""},
-		{"Created/StaysWithNothingActive", plan.StatusCreated, counts{}, 4, 0, plan.StatusCreated, ""},
-		{"Created/StaysOverThreshold", plan.StatusCreated, counts{fa: 3, pe: 1}, 4, 1, plan.StatusCreated, ""},
+		{"Completed/AllDone", plan.StatusRunning, counts{co: 4}, 4, 0, ru, co, plan.StatusCompleted, ""},
+		{"Completed/FromPaused", plan.StatusPaused, counts{co: 4}, 4, 0, ru, co, plan.StatusCompleted, ""},
+		{"Completed/ZeroEntriesIgnored", plan.StatusRunning, counts{co: 2, pe: 0, ru: 0, fa: 0}, 2, 1, ru, co, plan.StatusCompleted, ""},
+		{"Completed/OnRecount", plan.StatusRunning, counts{co: 4}, 4, 0, "", "", plan.StatusCompleted, ""},
+		{"Failed/OneFailed", plan.StatusRunning, counts{co: 3, fa: 1}, 4, 0, ru, fa, plan.StatusFailed, "1 of 4 tasks did not complete"},
+		{"Failed/OneCancelled", plan.StatusRunning, counts{co: 3, ca: 1}, 4, 0, pe, ca, plan.StatusFailed, "1 of 4 tasks did not complete"},
+		{"Failed/FromPaused", plan.StatusPaused, counts{fa: 2, ca: 1, co: 1}, 4, 1, pa, ca, plan.StatusFailed, "3 of 4 tasks did not complete"},
+		{"Failed/OverThresholdButNothingActive", plan.StatusRunning, counts{fa: 3, co: 1}, 4, 1, ru, fa, plan.StatusFailed, "3 of 4 tasks did not complete"},
+		{"Failed/AllFailed", plan.StatusRunning, counts{fa: 4}, 4, 0, ru, fa, plan.StatusFailed, "4 of 4 tasks did not complete"},
+		{"Failed/OnRecount", plan.StatusPaused, counts{fa: 1, co: 3}, 4, 0, "", "", plan.StatusFailed, "1 of 4 tasks did not complete"},
+		{"Running/PendingLeft", plan.StatusRunning, counts{co: 3, pe: 1}, 4, 0, ru, co, plan.StatusRunning, ""},
+		{"Running/RunningLeft", plan.StatusRunning, counts{co: 3, ru: 1}, 4, 0, ru, co, plan.StatusRunning, ""},
+		{"Running/PausedTaskLeft", plan.StatusRunning, counts{co: 3, pa: 1}, 4, 0, ru, co, plan.StatusRunning, ""},
+		{"Running/AtThreshold", plan.StatusRunning, counts{fa: 2, pe: 2}, 4, 2, ru, fa, plan.StatusRunning, ""},
+		{"Running/ThresholdZeroIsNone", plan.StatusRunning, counts{fa: 3, pe: 1}, 4, 0, ru, fa, plan.StatusRunning, ""},
+		{"Running/ResumedNotPausedByStart", plan.StatusRunning, counts{fa: 2, ru: 1, pe: 1}, 4, 1, pe, ru, plan.StatusRunning, ""},
+		{"Running/ResumedNotPausedByCompletion", plan.StatusRunning, counts{fa: 2, co: 1, pe: 1}, 4, 1, ru, co, plan.StatusRunning, ""},
+		{"Running/ResumedNotPausedByCancel", plan.StatusRunning, counts{fa: 2, ca: 1, pe: 1}, 4, 1, pe, ca, plan.StatusRunning, ""},
+		{"Running/NotPausedByRecount", plan.StatusRunning, counts{fa: 3, pe: 1}, 4, 1, "", "", plan.StatusRunning, ""},
+		{"Running/NotPausedByFailedToFailed", plan.StatusRunning, counts{fa: 3, pe: 1}, 4, 1, fa, fa, plan.StatusRunning, ""},
+		{"Paused/OverThreshold", plan.StatusRunning, counts{fa: 3, pe: 1}, 4, 2, ru, fa, plan.StatusPaused, plan.ReasonFailureThreshold},
+		{"Paused/ThresholdOne", plan.StatusRunning, counts{fa: 2, ru: 1, pe: 7}, 10, 1, ru, fa, plan.StatusPaused, plan.ReasonFailureThreshold},
+		{"Paused/NewFailureAfterResume", plan.StatusRunning, counts{fa: 3, ru: 1, pe: 6}, 10, 1, ru, fa, plan.StatusPaused, plan.ReasonFailureThreshold},
+		{"Paused/FailedStartIsNewFailure", plan.StatusRunning, counts{fa: 2, pe: 2}, 4, 1, pe, fa, plan.StatusPaused, plan.ReasonFailureThreshold},
+		{"Paused/StaysPausedOverThreshold", plan.StatusPaused, counts{fa: 3, pe: 1}, 4, 2, ru, fa, plan.StatusPaused, ""},
+		{"Paused/StaysWithTasksLeft", plan.StatusPaused, counts{co: 1, pa: 2, pe: 1}, 4, 0, ru, pa, plan.StatusPaused, ""},
+		{"Running/ReopenedCompletedByTakeover", plan.StatusCompleted, counts{co: 3, ru: 1}, 4, 0, ru, ru, plan.StatusRunning, ""},
+		{"Running/ReopenedFailedByRetry", plan.StatusFailed, counts{fa: 1, ru: 1, co: 2}, 4, 0, fa, ru, plan.StatusRunning, ""},
+		{"Running/ReopenedCancelledByRetry", plan.StatusCancelled, counts{ca: 3, ru: 1}, 4, 0, ca, ru, plan.StatusRunning, ""},
+		{"Running/ReopenedCancelledByResume", plan.StatusCancelled, counts{ca: 3, ru: 1}, 4, 0, pa, ru, plan.StatusRunning, ""},
+		{"Running/ReopenedCancelledByTakeover", plan.StatusCancelled, counts{ca: 3, ru: 1}, 4, 0, ru, ru, plan.StatusRunning, ""},
+		{"Running/ReopenedOverThreshold", plan.StatusFailed, counts{fa: 3, ru: 1}, 4, 1, fa, ru, plan.StatusRunning, ""},
+		{"Finished/CancelledStaysWhenIdleTaskCancelled", plan.StatusCancelled, counts{ru: 1, ca: 3}, 4, 0, pe, ca, plan.StatusCancelled, ""},
+		{"Finished/CancelledStaysWhenPendingTaskStarts", plan.StatusCancelled, counts{ru: 2, ca: 2}, 4, 0, pe, ru, plan.StatusCancelled, ""},
+		{"Finished/CancelledStaysWhenRunningTaskPauses", plan.StatusCancelled, counts{pa: 1, ru: 1, ca: 2}, 4, 0, ru, pa, plan.StatusCancelled, ""},
+		{"Finished/CancelledStaysWhenRunningTaskFails", plan.StatusCancelled, counts{fa: 1, ru: 1, ca: 2}, 4, 1, ru, fa, plan.StatusCancelled, ""},
+		{"Finished/StaysOnRecountWithRunning", plan.StatusCompleted, counts{co: 3, ru: 1}, 4, 0, "", "", plan.StatusCompleted, ""},
+		{"Finished/StaysCompleted", plan.StatusCompleted, counts{co: 4}, 4, 0, ru, co, plan.StatusCompleted, ""},
+		{"Finished/StaysFailed", plan.StatusFailed, counts{co: 3, fa: 1}, 4, 0, ru, co, plan.StatusFailed, ""},
+		{"Finished/CancelledStaysWithPending", plan.StatusCancelled, counts{pe: 2, ca: 2}, 4, 0, pe, ca, plan.StatusCancelled, ""},
+		{"Finished/CancelledStaysWithPaused", plan.StatusCancelled, counts{pa: 1, ca: 3}, 4, 0, ru, ca, plan.StatusCancelled, ""},
+		{"Created/StaysWithPending", plan.StatusCreated, counts{pe: 4}, 4, 0, "", "", plan.StatusCreated, ""},
+		{"Created/StaysWithNothingActive", plan.StatusCreated, counts{}, 4, 0, "", "", plan.StatusCreated, ""},
+		{"Created/StaysOverThreshold", plan.StatusCreated, counts{fa: 3, pe: 1}, 4, 1, pe, fa, plan.StatusCreated, ""},
+		{"Created/StaysOnRetry", plan.StatusCreated, counts{ru: 1, pe: 3}, 4, 0, fa, ru, plan.StatusCreated, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, reason := plan.Derive(tt.current, tt.c, tt.total, tt.max)
+			got, reason := plan.Derive(tt.current, tt.c, tt.total, tt.max, tt.from, tt.to)
 			if got != tt.want || reason != tt.reason {
-				t.Errorf("Derive(%s, %v, %d, %d) = %s, %q; want %s, %q", tt.current, tt.c, tt.total, tt.max, got, reason, tt.want, tt.reason)
+				t.Errorf("Derive(%s, %v, %d, %d, %q → %q) = %s, %q; want %s, %q",
+					tt.current, tt.c, tt.total, tt.max, tt.from, tt.to, got, reason, tt.want, tt.reason)
 			}
 			if got != tt.current && !plan.CanTransition(tt.current, got) {
 				t.Errorf("Derive moves %s → %s, which the status machine forbids", tt.current, got)
 			}
 		})
+	}
+}
+
+// TestDeriveStaysInStatusMachine checks every move Derive can make, over
+// every plan status, every task move (and none) and a grid of counts, is one
+// the status machine allows.
+func TestDeriveStaysInStatusMachine(t *testing.T) {
+	t.Parallel()
+	moves := [][2]task.Status{{"", ""}}
+	for _, from := range task.Statuses {
+		for _, to := range task.Statuses {
+			moves = append(moves, [2]task.Status{from, to})
+		}
+	}
+	const total = 3
+	for _, cur := range plan.Statuses {
+		for _, mv := range moves {
+			// Every way to spread total tasks over the six statuses.
+			var spread func(i, left int, c plan.Counts)
+			spread = func(i, left int, c plan.Counts) {
+				if i == len(task.Statuses)-1 {
+					c[task.Statuses[i]] = left
+					for _, max := range []int{0, 1} {
+						got, _ := plan.Derive(cur, c, total, max, mv[0], mv[1])
+						if got != cur && !plan.CanTransition(cur, got) {
+							t.Fatalf("Derive(%s, %v, %d, %d, %q → %q) = %s, which the status machine forbids",
+								cur, c, total, max, mv[0], mv[1], got)
+						}
+					}
+					return
+				}
+				for n := 0; n <= left; n++ {
+					c[task.Statuses[i]] = n
+					spread(i+1, left-n, c)
+				}
+			}
+			spread(0, total, plan.Counts{})
+		}
 	}
 }
 

@@ -26,7 +26,9 @@ type Write struct {
 	// asks for them; see ClearRequests.
 	Task *Task
 	// PrevStatus is the status the writer saw before the change. When it
-	// differs from Task.Status the plan's counts move.
+	// differs from Task.Status the plan's counts move — and so does the
+	// per-owner running counter on a takeover (RUNNING → RUNNING with
+	// ClearRequests, which every re-run write sets).
 	PrevStatus Status
 	// ExpectSeq is the Seq the stored record must have; the write stores
 	// ExpectSeq+1.

@@ -258,9 +258,35 @@ func freePort(t testing.TB) int {
 // Counter is a go-redis hook that counts round trips: one per command sent
 // alone, one per pipeline (or MULTI/EXEC block) however many commands it
 // holds. Add it with client.AddHook(counter).
+//
+// A new connection's handshake (HELLO, AUTH, SELECT, READONLY, CLIENT
+// SETNAME, CLIENT SETINFO, CLIENT TRACKING, CLIENT MAINT_NOTIFICATIONS) is
+// not counted: a pool dials whenever it likes, and budgets are per
+// operation. A test that sends one of those commands itself is not charged
+// for it either.
 type Counter struct {
 	n    atomic.Int64
 	cmds atomic.Int64
+}
+
+// handshake reports whether cmd is one that go-redis sends while it sets up
+// a new connection.
+func handshake(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "auth", "select", "readonly":
+		return true
+	case "client":
+		args := cmd.Args()
+		if len(args) < 2 {
+			return false
+		}
+		sub, _ := args[1].(string)
+		switch strings.ToLower(sub) {
+		case "setname", "setinfo", "tracking", "maint_notifications":
+			return true
+		}
+	}
+	return false
 }
 
 // RoundTrips returns the round trips counted so far.
@@ -285,17 +311,28 @@ func (c *Counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 // ProcessHook implements redis.Hook.
 func (c *Counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		c.cmds.Add(1)
+		if !handshake(cmd) {
+			c.n.Add(1)
+			c.cmds.Add(1)
+		}
 		return next(ctx, cmd)
 	}
 }
 
-// ProcessPipelineHook implements redis.Hook.
+// ProcessPipelineHook implements redis.Hook. A pipeline is counted unless it
+// holds only handshake commands (go-redis pipelines part of the handshake).
 func (c *Counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
-		c.cmds.Add(int64(len(cmds)))
+		n := int64(0)
+		for _, cmd := range cmds {
+			if !handshake(cmd) {
+				n++
+			}
+		}
+		if n > 0 {
+			c.n.Add(1)
+			c.cmds.Add(n)
+		}
 		return next(ctx, cmds)
 	}
 }

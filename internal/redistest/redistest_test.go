@@ -1,0 +1,48 @@
+package redistest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deploycoord/deploycoord/internal/redistest"
+)
+
+// TestCounterSkipsHandshake: the first command of a client dials a
+// connection (HELLO, CLIENT SETINFO, ...), and only the command is counted.
+func TestCounterSkipsHandshake(t *testing.T) {
+	t.Parallel()
+	for _, b := range redistest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			c, prefix := b.New(t)
+			counter := &redistest.Counter{}
+			c.AddHook(counter)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if n := counter.Count(func() { _ = c.Set(ctx, prefix+"k", "v", time.Minute).Err() }); n != 1 {
+				t.Errorf("first command on a new connection: %d round trips, want 1", n)
+			}
+			if n := counter.Count(func() {
+				_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+					p.Get(ctx, prefix+"k")
+					p.Del(ctx, prefix+"k")
+					return nil
+				})
+			}); n != 1 {
+				t.Errorf("pipeline of 2: %d round trips, want 1", n)
+			}
+			if n := counter.Count(func() { _ = c.Do(ctx, "client", "setname", "named").Err() }); n != 0 {
+				t.Errorf("CLIENT SETNAME: %d round trips, want 0 (a handshake command)", n)
+			}
+			if n := counter.Count(func() { _ = c.ClientList(ctx).Err() }); n != 1 {
+				t.Errorf("CLIENT LIST: %d round trips, want 1", n)
+			}
+			if got := counter.Commands(); got != 4 {
+				t.Errorf("Commands = %d, want 4 (SET, GET, DEL, CLIENT LIST)", got)
+			}
+		})
+	}
+}
