@@ -1,0 +1,58 @@
+package repository
+
+import (
+	"cmp"
+	"fmt"
+	"time"
+
+	"github.com/deploycoord/deploycoord/task"
+)
+
+// Defaults of Config.
+const (
+	// TTLDefault is how long records live after their last write.
+	TTLDefault = 7 * 24 * time.Hour
+	// BatchDefault is how many tasks one plan-creation pipeline carries.
+	BatchDefault = 500
+	// ScanMax is the most list entries one filtered listing call examines
+	// (PlanTasks with a status filter, Plans with a status filter).
+	ScanMax = 10_000
+)
+
+// Config configures the Redis store. Zero fields mean the default.
+type Config struct {
+	// Prefix starts every key (default PrefixDefault, "executor:"); it must
+	// match ^[A-Za-z0-9._:-]{0,64}$.
+	Prefix string
+	// TTL is the lifetime of every key except the plans index, the fencing
+	// counters and the locks (default TTLDefault, 7 days). Writes refresh it.
+	TTL time.Duration
+	// TimelineMax is how many entries a task's timeline keeps (default
+	// task.MaxTimeline).
+	TimelineMax int
+	// Batch is how many tasks one plan-creation pipeline carries (default
+	// BatchDefault).
+	Batch int
+	// Clock gives the time written by the store itself (plan status times,
+	// pruning of the plans index); default time.Now.
+	Clock func() time.Time
+}
+
+func (c Config) withDefaults() (Config, error) {
+	c.Prefix = cmp.Or(c.Prefix, PrefixDefault)
+	c.TTL = cmp.Or(c.TTL, TTLDefault)
+	c.TimelineMax = cmp.Or(c.TimelineMax, task.MaxTimeline)
+	c.Batch = cmp.Or(c.Batch, BatchDefault)
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	switch {
+	case c.TTL < time.Millisecond:
+		return c, fmt.Errorf("%w: TTL %s must be at least 1ms", ErrConfig, c.TTL)
+	case c.TimelineMax < 1:
+		return c, fmt.Errorf("%w: TimelineMax %d must be positive", ErrConfig, c.TimelineMax)
+	case c.Batch < 1:
+		return c, fmt.Errorf("%w: Batch %d must be positive", ErrConfig, c.Batch)
+	}
+	return c, nil
+}

@@ -1,0 +1,148 @@
+// Package repository stores plans and tasks: in Redis (Redis, the
+// authoritative copy every instance reads), in process memory (Memory, for
+// tests and as the bounded half of Dual) and in both (Dual, the double write
+// of DESIGN §4). All three implement facade.Store. go-redis lives here and
+// in no other domain package; its errors never leave the package.
+//
+// # Keys
+//
+// Keys (keys.go) builds every key; braces are literal Redis Cluster hash
+// tags, so everything about one tenant shares the tenant's slot and
+// everything about one plan the plan's slot. Every id is checked against its
+// allowlist (task.ValidTenantID, task.ValidID, plan.ValidID) before it
+// reaches a key; a bad one is an error and nothing is sent.
+//
+//	key                                    type    holds                                   TTL
+//	{p}plan:{planId}                       HASH    plan record                             Config.TTL
+//	{p}plan:{planId}:tasks                 LIST    task ids in plan order                  Config.TTL
+//	{p}plan:{planId}:counts                HASH    counts per status, RUNNING@<owner>,     Config.TTL
+//	                                               ledger t:<taskId>
+//	{p}plans                               ZSET    plan ids by creation ms                 none (pruned
+//	                                                                                       on create)
+//	{p}task:{tenantId}:<taskId>            HASH    task record                             Config.TTL
+//	{p}task:{tenantId}:<taskId>:timeline   LIST    JSON task.Event, newest TimelineMax     Config.TTL
+//	{p}ckpt:{tenantId}:<taskId>            STRING  checkpoint JSON                         Config.TTL
+//	{p}taskref:{taskId}                    STRING  tenant id of the task                   Config.TTL
+//	{p}index:tenant:{tenantId}             STRING  newest task id of the tenant            Config.TTL
+//	{p}index:tenant:{tenantId}:history     ZSET    the tenant's task ids by creation ms    Config.TTL
+//	{p}lock:tenant:{tenantId}              STRING  lock value (package tenantlock)         lease
+//	{p}fence:tenant:{tenantId}             STRING  fencing counter (package tenantlock)    none
+//	{p}events                              STREAM  event feed (later)                      MAXLEN
+//
+// Writes refresh the TTL of what they touch (a task write: record, timeline,
+// checkpoint, index, history, and the taskref when the counts move).
+//
+// # Scripts
+//
+// Lua scripts sit in scripts/<verb>_<noun>.lua, embedded, each opening with
+// a header listing KEYS, ARGV and the reply. Every key comes in KEYS (none is
+// built in Lua), time comes in ARGV from Config.Clock, no source is built
+// from input, no Redis Functions. A store loads all scripts on first use
+// (SCRIPT LOAD, one round trip, or Preload) and runs them with EVALSHA; a
+// script Redis no longer knows (NOSCRIPT, after a restart or SCRIPT FLUSH)
+// is sent again with EVAL, also inside pipelines, and the next call reloads
+// them all. derive_plan.lua is a library prepended to the three scripts
+// that move counts.
+//
+// # The write protocol
+//
+// A stage transition is one round trip: one pipeline holding
+//
+//  1. write_task.lua, in the tenant's slot: refuses (writing nothing) when
+//     the record is missing, when a lock value is given and the tenant lock
+//     does not hold it, when the stored fence is above the writer's, or when
+//     the stored seq is not the expected one — in that order — and replies
+//     with the stored status, seq, fence and owner (the *task.RefusedError).
+//     Otherwise it writes every field (seq+1, fence = the writer's), the
+//     checkpoint, the timeline (bounded), the TTLs, clears the requests if
+//     asked, deletes the lock if asked (its value matched) and replies with
+//     the seq and the stored pause/cancel requests. A write id stored on the
+//     record makes a client-retried write succeed again without writing.
+//  2. move_plan_counts.lua, in the plan's slot, only when the write moves
+//     the counts: when the status changes (Write.PrevStatus != Task.Status),
+//     and on a takeover or re-run of a RUNNING task — PrevStatus and status
+//     RUNNING with Write.ClearRequests set, as the coordinator sets it on
+//     every re-run and takeover write (a stage write of a RUNNING task
+//     leaves ClearRequests unset and the counts alone). The counts hash
+//     holds, per task, a ledger entry "status|seq|fence|writeId|owner|tenant".
+//     The update applies only if the write's (seq, fence) is greater than
+//     the entry's: it moves the status counters (and RUNNING@<owner>) from
+//     the entry's status to the new one — or, the status unchanged, moves
+//     RUNNING@<owner> from the entry's owner to the new one — stores the
+//     entry and derives the plan's status with the rule of plan.Derive, the
+//     task's move being the entry's status → the new status (written to the
+//     plan hash when it changes; returned as task.WriteResult.PlanStatus).
+//     An update that does not apply moves and derives nothing.
+//
+// Why the counts cannot drift from the records: every committed write has a
+// larger seq than the one before it (compare-and-set), so its update beats
+// every earlier entry. A refused write carries a seq no larger than the
+// stored one (stale) or one more (refused by lock or fence); in the second
+// case it usually ties the next committed write's seq with a smaller fence,
+// but not always (an unlocked operator write racing a writer whose lease
+// lapsed). The pipelines of two writers may also interleave, so a refused
+// write's update can land before a committed one's and make it lose. Hence
+// the rule: when step 1 says "refused" and step 2 says "applied", the store
+// reads the record (one round trip) and sends correct_plan_counts.lua (one
+// more), which — if the entry still carries the refused write's id — sets it
+// to the record's state (status, seq, fence, owner) and moves the counters
+// with it. Every committed write after that read has a larger seq and still
+// applies; every one before it is in the state read. Counts are wrong only
+// inside those two round trips; if the writer dies there, RepairCounts (a
+// recount of the records, merged with ledger entries newer than the
+// recount) puts them right. A task without a ledger entry moves nothing.
+//
+// Per-owner counters follow the writes that move the counts: a takeover
+// (RUNNING → RUNNING with ClearRequests and a new owner) moves the task from
+// RUNNING@<old owner> to RUNNING@<new owner>. A write that keeps a RUNNING
+// task RUNNING under another owner without ClearRequests would leave the
+// counter behind until the task's next status change or a repair; the
+// coordinator never makes one.
+//
+// The task's move also decides what the plan's status does (plan.Derive): a
+// finished plan reopens only on a manual re-run (a move to RUNNING from
+// anything but PENDING), and the failure threshold pauses only on a new
+// failure, so a plan resumed over its threshold runs on. The correction
+// derives with the corrected (refused) status → the stored one as the move;
+// RepairCounts derives with no move.
+//
+// # Round trips
+//
+//	WriteTask, no status change          1   write_task.lua
+//	WriteTask, status change or takeover 1   pipeline: write_task + move_plan_counts (+2 when a refused
+//	                                          write's counts update applied: read + correction)
+//	CreatePlan                           1 + ceil(tasks/Config.Batch)  (1 000 tasks at 500: 3)
+//	UpdatePlan, RequestTask, Beat        1
+//	Plan                                 1   HGETALL plan + HMGET counts, whatever the plan's size
+//	TaskByTenant, Task                   2   GET index|taskref, then HGETALL record + GET checkpoint
+//	TenantHistory                        2   ZREVRANGE, then pipelined HGETALLs
+//	Timeline                             1   EXISTS + LRANGE
+//	PlanTasks (a page)                   2   list_plan_tasks.lua (ids and tenants from the ledger,
+//	                                          up to ScanMax entries with a filter), then HGETALLs
+//	Plans (a page)                       2   ZREVRANGEBYSCORE, then HGETALLs (more pages of
+//	                                          candidates with a status filter, up to ScanMax)
+//	RepairCounts                         2 + ceil(tasks/Batch)  (list + ledger, record batches, script;
+//	                                          +1 a batch for tasks whose ledger lost the tenant)
+//
+// (+1, once per store or after NOSCRIPT, to load the scripts.)
+//
+// # Errors
+//
+// Missing records are task.ErrNotFound or plan.ErrNotFound; bad input wraps
+// task.ErrInvalid or plan.ErrInvalid; a record that cannot be parsed wraps
+// ErrCorrupt and names its key. A connection failure, timeout or context
+// deadline while talking to Redis is an *UnavailableError (method
+// Unavailable() true, errors.Is ErrUnavailable, and context.DeadlineExceeded
+// when that was the cause); a cancelled context stays errors.Is
+// context.Canceled. After an unavailable error on a write its outcome is
+// unknown: the record's seq tells.
+//
+// # Memory and Dual
+//
+// Memory applies the same checks (the lock through MemoryConfig.LockValue),
+// counts, plan.Derive and paging in process memory, with deep copies in and
+// out. Dual writes to Redis first — the scripts decide — and mirrors accepted
+// writes into a Memory with DropFinished, which keeps only unfinished tasks
+// and plans. It reads Redis and falls back to memory only when Redis is
+// unreachable, reporting Degraded until a Redis call succeeds again.
+package repository

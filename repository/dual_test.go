@@ -1,0 +1,173 @@
+package repository
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deploycoord/deploycoord/checkpoint"
+	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+)
+
+// newDualEnv wraps a Redis env's store in a Dual with a bounded memory.
+func newDualEnv(t *testing.T, e *env) (*env, *Dual) {
+	t.Helper()
+	d := NewDual(NewMemory(MemoryConfig{Clock: e.clock.Now, DropFinished: true}), e.redis)
+	de := *e
+	de.store = d
+	return &de, d
+}
+
+func TestDualFallsBackToMemory(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialerRetries: 1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	e, d := newDualEnv(t, newRedisEnv(t, c, "x:", Config{}))
+	ctx := ctxT(t)
+
+	fx := createPlan(t, e, 3, 0)
+	r := start(t, e, fx.tasks[0], 1)
+	cp, _ := checkpoint.Empty().Complete(0, "push-config", map[string]any{"ok": true})
+	r.mustWrite(task.StatusRunning, task.Write{Checkpoint: &cp})
+	start(t, e, fx.tasks[1], 1).complete()
+	if d.Degraded() {
+		t.Fatal("degraded with Redis up")
+	}
+
+	srv.Kill()
+	got, ck, err := d.TaskByTenant(ctx, tenantName(0))
+	if err != nil || got.ID != r.tk.ID || got.Status != task.StatusRunning || got.Seq != r.tk.Seq || ck == nil || ck.ContextData["push-config"] == nil {
+		t.Fatalf("TaskByTenant with Redis down: %+v, %+v, %v; want the running task from memory", got, ck, err)
+	}
+	if !d.Degraded() {
+		t.Fatal("Degraded() = false with Redis down")
+	}
+	p, counts, err := d.Plan(ctx, fx.plan.ID)
+	if err != nil || p.Status != plan.StatusRunning || counts[task.StatusRunning] != 1 || counts[task.StatusCompleted] != 1 || counts[task.StatusPending] != 1 {
+		t.Fatalf("Plan from memory: %+v %s %v", p, countsString(counts), err)
+	}
+	if ts, _, err := d.PlanTasks(ctx, fx.plan.ID, plan.TaskFilter{}); err != nil || len(ts) != 2 {
+		t.Fatalf("PlanTasks from memory: %d tasks, %v; want the 2 unfinished", len(ts), err)
+	}
+	// The completed task left memory: its answer is not there.
+	if _, _, err := d.Task(ctx, fx.tasks[1].ID); !IsUnavailable(err) {
+		t.Fatalf("finished task with Redis down: %v, want unavailable", err)
+	}
+	// Writes are not taken while Redis is down.
+	r.tk.EnterStage(2, "settle", e.clock.Now())
+	if _, err := r.write(task.StatusRunning, task.Write{}); !IsUnavailable(err) {
+		t.Fatalf("write with Redis down: %v, want unavailable", err)
+	}
+	if got, _, _ := d.Memory().Task(ctx, r.tk.ID); got.StageIndex != 0 || got.Seq != r.tk.Seq {
+		t.Fatalf("a failed write reached memory: %+v", got)
+	}
+	if err := d.Beat(ctx, tenantName(0), r.tk.ID, r.guard, e.clock.Now()); !IsUnavailable(err) {
+		t.Fatalf("beat with Redis down: %v", err)
+	}
+
+	// Redis is back (empty: nothing persisted). A Redis answer clears the flag.
+	srv.Start()
+	if _, _, err := d.TaskByTenant(ctx, tenantName(0)); !errors.Is(err, task.ErrNotFound) {
+		t.Fatalf("after recovery: %v, want Redis' answer (not found: the server came back empty)", err)
+	}
+	if d.Degraded() {
+		t.Fatal("Degraded() = true after a Redis call succeeded")
+	}
+}
+
+func TestDualMirrorsUnfinishedAggregates(t *testing.T) {
+	t.Parallel()
+	eachRedis(t, Config{}, func(t *testing.T, re *env) {
+		e, d := newDualEnv(t, re)
+		ctx := ctxT(t)
+		mem := d.Memory()
+		fx := createPlan(t, e, 3, 1)
+		r0 := start(t, e, fx.tasks[0], 1)
+		cp, _ := checkpoint.Empty().Complete(0, "push-config", map[string]any{"v": "x"})
+		r0.tk.EnterStage(1, "migrate", e.clock.Now())
+		r0.mustWrite(task.StatusRunning, task.Write{Checkpoint: &cp, Events: []task.Event{{Type: task.EventStageSucceeded}}})
+		if _, err := d.RequestTask(ctx, tenantName(0), r0.tk.ID, task.RequestPause, task.Event{Type: task.EventPauseRequested}); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Add(time.Second)
+		if err := d.Beat(ctx, tenantName(0), r0.tk.ID, r0.guard, e.clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+
+		// Memory answers like Redis for what it holds.
+		rt, rck, _ := e.redis.Task(ctx, r0.tk.ID)
+		mt, mck, err := mem.Task(ctx, r0.tk.ID)
+		if err != nil || !reflect.DeepEqual(rt, mt) || !reflect.DeepEqual(rck, mck) {
+			t.Fatalf("memory task %+v %+v (%v)\nredis task  %+v %+v", mt, mck, err, rt, rck)
+		}
+		rtl, _ := e.redis.Timeline(ctx, tenantName(0), r0.tk.ID, 0)
+		mtl, _ := mem.Timeline(ctx, tenantName(0), r0.tk.ID, 0)
+		if !reflect.DeepEqual(rtl, mtl) {
+			t.Fatalf("memory timeline %+v\nredis timeline  %+v", mtl, rtl)
+		}
+		rp, rc, _ := e.redis.Plan(ctx, fx.plan.ID)
+		mp, mc, _ := mem.Plan(ctx, fx.plan.ID)
+		if !reflect.DeepEqual(rp, mp) || !reflect.DeepEqual(rc, mc) {
+			t.Fatalf("memory plan %+v %v\nredis plan  %+v %v", mp, mc, rp, rc)
+		}
+
+		// Finished tasks leave memory; the plan leaves once finished.
+		r0.complete()
+		if _, _, err := mem.Task(ctx, r0.tk.ID); !errors.Is(err, task.ErrNotFound) {
+			t.Fatalf("completed task still in memory: %v", err)
+		}
+		start(t, e, fx.tasks[1], 1).fail("boom")
+		res := start(t, e, fx.tasks[2], 1).fail("boom")
+		if res.PlanStatus != string(plan.StatusFailed) {
+			t.Fatalf("plan status %q", res.PlanStatus)
+		}
+		if _, _, err := mem.Plan(ctx, fx.plan.ID); !errors.Is(err, plan.ErrNotFound) {
+			t.Fatalf("finished plan still in memory: %v", err)
+		}
+		mem.mu.Lock()
+		sizes := []int{len(mem.plans), len(mem.tasks), len(mem.index), len(mem.history)}
+		mem.mu.Unlock()
+		if !reflect.DeepEqual(sizes, []int{0, 0, 0, 0}) {
+			t.Fatalf("memory holds plans/tasks/index/history %v after everything finished", sizes)
+		}
+		// Redis keeps everything.
+		if _, counts, err := d.Plan(ctx, fx.plan.ID); err != nil || counts[task.StatusFailed] != 2 {
+			t.Fatalf("Plan from Redis: %v %v", counts, err)
+		}
+
+		// A retry of a finished task comes back into memory with its counts.
+		e.clock.Add(time.Minute)
+		stored, _, _ := d.Task(ctx, fx.tasks[1].ID)
+		retry := &runner{t: t, e: e, tk: stored, guard: task.Guard{LockValue: "retry", Fence: 2}}
+		e.setLock(tenantName(1), "retry")
+		if err := retry.tk.Rerun(e.clock.Now(), "coord-b", 2, 0, "push-config", task.RetryNew, false); err != nil {
+			t.Fatal(err)
+		}
+		if res := retry.mustWrite(task.StatusFailed, task.Write{DeleteCheckpoint: true}); res.PlanStatus != string(plan.StatusRunning) {
+			t.Fatalf("retry: plan status %q", res.PlanStatus)
+		}
+		if mt, _, err := mem.TaskByTenant(ctx, tenantName(1)); err != nil || mt.Status != task.StatusRunning || mt.Seq != retry.tk.Seq {
+			t.Fatalf("retried task in memory: %+v, %v", mt, err)
+		}
+	})
+}
+
+func TestMemoryKeepsFinishedWithoutDropFinished(t *testing.T) {
+	t.Parallel()
+	e := newMemoryEnv(t)
+	fx := createPlan(t, e, 1, 0)
+	start(t, e, fx.tasks[0], 1).complete()
+	if got, _, err := e.store.Task(ctxT(t), fx.tasks[0].ID); err != nil || got.Status != task.StatusCompleted {
+		t.Fatalf("completed task: %+v, %v", got, err)
+	}
+	if p, _, err := e.store.Plan(ctxT(t), fx.plan.ID); err != nil || p.Status != plan.StatusCompleted {
+		t.Fatalf("completed plan: %+v, %v", p, err)
+	}
+}

@@ -1,0 +1,159 @@
+package repository
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+)
+
+func TestKeysLayout(t *testing.T) {
+	t.Parallel()
+	const planID, taskID, tenant = "plan-01JD0000000000000000000000", "task-01JD0000000000000000000001", "t-001"
+	tests := []struct {
+		prefix string
+		want   map[string]string
+	}{
+		{"executor:", map[string]string{
+			"plan":       "executor:plan:{" + planID + "}",
+			"planTasks":  "executor:plan:{" + planID + "}:tasks",
+			"planCounts": "executor:plan:{" + planID + "}:counts",
+			"plans":      "executor:plans",
+			"task":       "executor:task:{t-001}:" + taskID,
+			"timeline":   "executor:task:{t-001}:" + taskID + ":timeline",
+			"ckpt":       "executor:ckpt:{t-001}:" + taskID,
+			"taskref":    "executor:taskref:{" + taskID + "}",
+			"index":      "executor:index:tenant:{t-001}",
+			"history":    "executor:index:tenant:{t-001}:history",
+			"lock":       "executor:lock:tenant:{t-001}",
+			"fence":      "executor:fence:tenant:{t-001}",
+			"events":     "executor:events",
+		}},
+		{"prod:executor:", map[string]string{
+			"plan":  "prod:executor:plan:{" + planID + "}",
+			"task":  "prod:executor:task:{t-001}:" + taskID,
+			"lock":  "prod:executor:lock:tenant:{t-001}",
+			"plans": "prod:executor:plans",
+		}},
+		{"", map[string]string{"index": "index:tenant:{t-001}", "events": "events"}},
+	}
+	for _, tt := range tests {
+		k, err := NewKeys(tt.prefix)
+		if err != nil {
+			t.Fatalf("NewKeys(%q): %v", tt.prefix, err)
+		}
+		must := func(s string, err error) string {
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		got := map[string]string{
+			"plan":       must(k.Plan(planID)),
+			"planTasks":  must(k.PlanTasks(planID)),
+			"planCounts": must(k.PlanCounts(planID)),
+			"plans":      k.Plans(),
+			"task":       must(k.Task(tenant, taskID)),
+			"timeline":   must(k.Timeline(tenant, taskID)),
+			"ckpt":       must(k.Checkpoint(tenant, taskID)),
+			"taskref":    must(k.TaskRef(taskID)),
+			"index":      must(k.Index(tenant)),
+			"history":    must(k.History(tenant)),
+			"lock":       must(k.Lock(tenant)),
+			"fence":      must(k.Fence(tenant)),
+			"events":     k.Events(),
+		}
+		for name, want := range tt.want {
+			if got[name] != want {
+				t.Errorf("prefix %q: %s key = %q, want %q", tt.prefix, name, got[name], want)
+			}
+		}
+	}
+}
+
+// hostile are ids that must never reach a key.
+var hostile = []string{
+	"", "{t-001}", "t:001", "t*", "t?", "t 001", "t\n001", "t[1]", strings.Repeat("a", 200), "-t", "t\x00",
+}
+
+func TestKeysRefuseHostileIDs(t *testing.T) {
+	t.Parallel()
+	k, _ := NewKeys("executor:")
+	const planID, taskID = "plan-01JD0000000000000000000000", "task-01JD0000000000000000000001"
+	for _, id := range hostile {
+		for name, f := range map[string]func() (string, error){
+			"Task tenant":  func() (string, error) { return k.Task(id, taskID) },
+			"Task id":      func() (string, error) { return k.Task("t-001", id) },
+			"Timeline":     func() (string, error) { return k.Timeline(id, taskID) },
+			"Checkpoint":   func() (string, error) { return k.Checkpoint("t-001", id) },
+			"TaskRef":      func() (string, error) { return k.TaskRef(id) },
+			"Index":        func() (string, error) { return k.Index(id) },
+			"History":      func() (string, error) { return k.History(id) },
+			"Lock":         func() (string, error) { return k.Lock(id) },
+			"Fence":        func() (string, error) { return k.Fence(id) },
+			"Plan":         func() (string, error) { return k.Plan(id) },
+			"PlanTasks":    func() (string, error) { return k.PlanTasks(id) },
+			"PlanCounts":   func() (string, error) { return k.PlanCounts(id) },
+			"Plan task id": func() (string, error) { return k.Plan(taskID) },
+		} {
+			key, err := f()
+			if err == nil {
+				t.Errorf("%s(%q) = %q, want an error", name, id, key)
+				continue
+			}
+			if !errors.Is(err, task.ErrInvalid) && !errors.Is(err, plan.ErrInvalid) {
+				t.Errorf("%s(%q): %v does not wrap task.ErrInvalid or plan.ErrInvalid", name, id, err)
+			}
+			if strings.ContainsAny(err.Error(), "\n\x00") {
+				t.Errorf("%s(%q): error %q carries control characters", name, id, err)
+			}
+		}
+	}
+}
+
+func TestNewKeysRefusesBadPrefix(t *testing.T) {
+	t.Parallel()
+	for _, p := range []string{"{x}:", "a*", "a b", "a?", "a\n", strings.Repeat("p", 65)} {
+		if _, err := NewKeys(p); !errors.Is(err, ErrConfig) {
+			t.Errorf("NewKeys(%q) = %v, want ErrConfig", p, err)
+		}
+	}
+}
+
+func TestNewRedisConfig(t *testing.T) {
+	t.Parallel()
+	_, c := redistest.Mini(t)
+	tests := []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"OK defaults", Config{}, true},
+		{"OK custom", Config{Prefix: "prod:executor:", TTL: time.Hour, TimelineMax: 10, Batch: 50}, true},
+		{"ErrConfig prefix", Config{Prefix: "{p}"}, false},
+		{"ErrConfig negative TTL", Config{TTL: -time.Second}, false},
+		{"ErrConfig negative batch", Config{Batch: -1}, false},
+		{"ErrConfig negative timeline", Config{TimelineMax: -1}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := NewRedis(c, tt.cfg)
+			if tt.ok != (err == nil) {
+				t.Fatalf("NewRedis(%+v) = %v", tt.cfg, err)
+			}
+			if !tt.ok && !errors.Is(err, ErrConfig) {
+				t.Fatalf("err %v does not wrap ErrConfig", err)
+			}
+			if tt.ok && tt.cfg.Prefix == "" && r.Keys().Prefix() != PrefixDefault {
+				t.Fatalf("prefix %q, want the default %q", r.Keys().Prefix(), PrefixDefault)
+			}
+		})
+	}
+	if _, err := NewRedis(nil, Config{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("NewRedis(nil) = %v, want ErrConfig", err)
+	}
+}

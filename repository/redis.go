@@ -1,0 +1,749 @@
+package repository
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+)
+
+// Redis is the store on Redis: the authoritative copy of every plan and task
+// (see doc.go for the key layout, the write protocol and the round-trip
+// budget of each method). It is safe for concurrent use and keeps no state
+// besides whether its scripts are loaded, so any number of instances share
+// one Redis.
+type Redis struct {
+	c      redis.UniversalClient
+	keys   Keys
+	cfg    Config
+	loader scriptLoader
+	// scanMax bounds filtered listings (ScanMax; tests lower it).
+	scanMax int
+}
+
+// NewRedis returns a store on client. Zero fields of cfg mean the defaults;
+// it returns an error wrapping ErrConfig when cfg is invalid. It does not
+// talk to Redis: scripts are loaded on first use (or by Preload).
+func NewRedis(client redis.UniversalClient, cfg Config) (*Redis, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil redis client", ErrConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	keys, err := NewKeys(cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	return &Redis{c: client, keys: keys, cfg: cfg, scanMax: ScanMax}, nil
+}
+
+// Keys returns the store's key builder (the server wires package tenantlock
+// with its Lock and Fence keys).
+func (r *Redis) Keys() Keys { return r.keys }
+
+// Preload loads every script into Redis (SCRIPT LOAD) so that EVALSHA hits
+// from the first call. Calling it is optional: the store loads them on first
+// use, and again after Redis forgot them.
+func (r *Redis) Preload(ctx context.Context) error {
+	return wrapErr(ctx, "load scripts", r.loader.load(ctx, r.c))
+}
+
+func (r *Redis) ttlMs() int64 { return r.cfg.TTL.Milliseconds() }
+
+func (r *Redis) now() time.Time { return r.cfg.Clock() }
+
+func newWriteID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func pageLimit(n int) int {
+	switch {
+	case n <= 0:
+		return plan.LimitDefault
+	case n > plan.LimitMax:
+		return plan.LimitMax
+	}
+	return n
+}
+
+func flag(b bool) string { return formatBool(b) }
+
+func strArgs(dst []any, s ...string) []any {
+	for _, v := range s {
+		dst = append(dst, v)
+	}
+	return dst
+}
+
+func replyInt(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		n, _ := strconv.ParseInt(x, 10, 64)
+		return n
+	}
+	return 0
+}
+
+func replyStr(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case int64:
+		return strconv.FormatInt(x, 10)
+	}
+	return ""
+}
+
+func replySlice(op string, v any) ([]any, error) {
+	s, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%s: unexpected script reply %T", op, v)
+	}
+	return s, nil
+}
+
+// refusal builds the *task.RefusedError of a script's refusal reply
+// {0, reason, status, seq, fence, owner}.
+func refusal(taskID string, v []any) *task.RefusedError {
+	e := &task.RefusedError{TaskID: taskID}
+	if len(v) >= 6 {
+		e.Reason = task.RefuseReason(replyStr(v[1]))
+		e.Status = task.Status(replyStr(v[2]))
+		e.Seq = replyInt(v[3])
+		e.Fence = replyInt(v[4])
+		e.Owner = replyStr(v[5])
+	}
+	return e
+}
+
+// ---- plans -----------------------------------------------------------------
+
+// CreatePlan stores a new plan and its PENDING tasks: the plan record and
+// counters first (refused with ErrPlanExists when the id is taken), then
+// pipelines of Config.Batch tasks (records, taskrefs, tenant index and
+// history, the plan's task list and ledger), the plans index last. Round
+// trips: 1 + ceil(len(tasks)/Batch). If a batch fails, what was written is
+// deleted (best effort) and the error returned.
+func (r *Redis) CreatePlan(ctx context.Context, p *plan.Plan, tasks []*task.Task) error {
+	if err := checkNewPlan(p, tasks); err != nil {
+		return err
+	}
+	op := "create plan " + p.ID
+	pk, _ := r.keys.planKeys(p.ID)
+	type prepared struct {
+		t   *task.Task
+		k   taskKeys
+		rec []string
+	}
+	prep := make([]prepared, len(tasks))
+	for i, t := range tasks {
+		k, _ := r.keys.taskKeys(t.TenantID, t.ID)
+		rec, err := taskRecord(t)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", task.ErrInvalid, op, err)
+		}
+		prep[i] = prepared{t: t, k: k, rec: rec}
+	}
+	rec, err := planRecord(p)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", plan.ErrInvalid, op, err)
+	}
+
+	ttl := r.ttlMs()
+	v, err := r.run(ctx, createPlanScript, []string{pk.plan, pk.counts}, strArgs([]any{ttl, len(tasks)}, rec...)...)
+	if err != nil {
+		return wrapErr(ctx, op, err)
+	}
+	if replyInt(v) != 1 {
+		return fmt.Errorf("%s: %w", op, ErrPlanExists)
+	}
+
+	written := 0
+	now := r.now()
+	for start := 0; start == 0 || start < len(prep); start += r.cfg.Batch {
+		end := min(start+r.cfg.Batch, len(prep))
+		pp := r.pipeline()
+		var push *evalCmd
+		if end > start {
+			args := []any{start, ttl}
+			for _, x := range prep[start:end] {
+				args = append(args, x.t.ID, ledger{Status: task.StatusPending, TenantID: x.t.TenantID}.String())
+			}
+			push = pp.eval(ctx, pushPlanTasksScript, []string{pk.tasks, pk.counts}, args...)
+		}
+		for _, x := range prep[start:end] {
+			pp.p.HSet(ctx, x.k.task, strArgs(nil, x.rec...)...)
+			pp.p.PExpire(ctx, x.k.task, r.cfg.TTL)
+			pp.p.Set(ctx, x.k.ref, x.t.TenantID, r.cfg.TTL)
+			pp.p.Set(ctx, x.k.index, x.t.ID, r.cfg.TTL)
+			pp.p.ZAdd(ctx, x.k.history, redis.Z{Score: float64(scoreOf(x.t.CreatedAt, now)), Member: x.t.ID})
+			pp.p.PExpire(ctx, x.k.history, r.cfg.TTL)
+		}
+		if end == len(prep) {
+			pp.p.ZAdd(ctx, r.keys.Plans(), redis.Z{Score: float64(scoreOf(p.CreatedAt, now)), Member: p.ID})
+			pp.p.ZRemRangeByScore(ctx, r.keys.Plans(), "-inf", "("+strconv.FormatInt(now.Add(-r.cfg.TTL).UnixMilli(), 10))
+		}
+		written = end
+		err := pp.exec(ctx)
+		if err == nil {
+			err = pp.replyErr()
+		}
+		if err == nil && push != nil {
+			if n, perr := push.cmd.Int64(); perr != nil {
+				err = perr
+			} else if n != int64(end) {
+				err = fmt.Errorf("task list of plan %s has %d entries, want %d (concurrent creation?)", p.ID, n, end)
+			}
+		}
+		if err != nil {
+			done := make([]taskKeys, written)
+			for i, x := range prep[:written] {
+				done[i] = x.k
+			}
+			r.rollbackPlan(ctx, pk, p.ID, done)
+			return wrapErr(ctx, op, err)
+		}
+		if end == len(prep) {
+			break
+		}
+	}
+	return nil
+}
+
+func scoreOf(t, now time.Time) int64 {
+	if t.IsZero() {
+		t = now
+	}
+	return t.UnixMilli()
+}
+
+// replyErr returns the first error reply of the pipeline other than redis.Nil.
+func (p *pipe) replyErr() error {
+	for _, c := range p.cmds {
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) && !isNoScript(err) {
+			return err
+		}
+	}
+	for _, e := range p.evals {
+		if err := e.cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+	}
+	return nil
+}
+
+// rollbackPlan deletes a plan created in part, best effort, with its own
+// deadline (the caller's context may be what failed).
+func (r *Redis) rollbackPlan(ctx context.Context, pk planKeys, planID string, tasks []taskKeys) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	pp := r.pipeline()
+	n := 0
+	flush := func() {
+		_ = pp.exec(ctx)
+		pp, n = r.pipeline(), 0
+	}
+	pp.p.Del(ctx, pk.plan, pk.tasks, pk.counts)
+	pp.p.ZRem(ctx, r.keys.Plans(), planID)
+	for _, k := range tasks {
+		pp.p.Del(ctx, k.task, k.ref)
+		pp.eval(ctx, restoreIndexScript, []string{k.index, k.history}, k.id)
+		if n++; n >= r.cfg.Batch {
+			flush()
+		}
+	}
+	flush()
+}
+
+// UpdatePlan writes p's status, reason, owner and times if the stored status
+// is one of from (any status when from is empty). Returns plan.ErrNotFound or
+// a *plan.TransitionError naming the stored status. One round trip.
+func (r *Redis) UpdatePlan(ctx context.Context, p *plan.Plan, from ...plan.Status) error {
+	if p == nil {
+		return fmt.Errorf("%w: update plan: nil plan", plan.ErrInvalid)
+	}
+	op := "update plan " + p.ID
+	pk, err := r.keys.planKeys(p.ID)
+	if err != nil {
+		return fmt.Errorf("update plan: %w", err)
+	}
+	if !p.Status.Valid() {
+		return fmt.Errorf("%w: %s: status %s", plan.ErrInvalid, op, task.Quote(string(p.Status)))
+	}
+	args := []any{r.ttlMs(), len(from)}
+	for _, s := range from {
+		args = append(args, string(s))
+	}
+	v, err := r.run(ctx, updatePlanScript, []string{pk.plan, pk.tasks, pk.counts}, strArgs(args, planState(p)...)...)
+	if err != nil {
+		return wrapErr(ctx, op, err)
+	}
+	s, err := replySlice(op, v)
+	if err != nil || len(s) == 0 {
+		return fmt.Errorf("%s: unexpected script reply %v", op, v)
+	}
+	switch replyInt(s[0]) {
+	case 1:
+		return nil
+	case -1:
+		return fmt.Errorf("%s: %w", op, plan.ErrNotFound)
+	}
+	var stored plan.Status
+	if len(s) > 1 {
+		stored = plan.Status(replyStr(s[1]))
+	}
+	return &plan.TransitionError{PlanID: p.ID, From: stored, To: p.Status}
+}
+
+// Plan returns a plan and its counts: one round trip whatever its size.
+// Returns plan.ErrNotFound.
+func (r *Redis) Plan(ctx context.Context, planID string) (*plan.Plan, plan.Counts, error) {
+	op := "get plan " + planID
+	pk, err := r.keys.planKeys(planID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("get plan: %w", err)
+	}
+	pp := r.c.Pipeline()
+	h := pp.HGetAll(ctx, pk.plan)
+	c := pp.HMGet(ctx, pk.counts, statusNames()...)
+	if err := transportErr(pp.Exec(ctx)); err != nil {
+		return nil, nil, wrapErr(ctx, op, err)
+	}
+	if err := errors.Join(h.Err(), c.Err()); err != nil {
+		return nil, nil, wrapErr(ctx, op, err)
+	}
+	p, err := decodePlan(pk.plan, h.Val())
+	if err != nil {
+		return nil, nil, err
+	}
+	if p == nil {
+		return nil, nil, fmt.Errorf("%s: %w", op, plan.ErrNotFound)
+	}
+	counts, err := decodeCounts(pk.counts, c.Val())
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, counts, nil
+}
+
+func decodeCounts(key string, vals []any) (plan.Counts, error) {
+	counts := newCounts()
+	for i, s := range task.Statuses {
+		if i >= len(vals) || vals[i] == nil {
+			continue
+		}
+		v := replyStr(vals[i])
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s field %s = %s: %v", ErrCorrupt, key, s, task.Quote(v), err)
+		}
+		counts[s] = n
+	}
+	return counts, nil
+}
+
+// planCursor is the position of a plans listing: the last plan returned.
+type planCursor struct {
+	score int64
+	id    string
+}
+
+func (c planCursor) String() string { return strconv.FormatInt(c.score, 10) + ":" + c.id }
+
+func parsePlanCursor(s string) (planCursor, bool, error) {
+	if s == "" {
+		return planCursor{}, false, nil
+	}
+	ms, id, ok := strings.Cut(s, ":")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || !plan.ValidID(id) {
+		return planCursor{}, false, fmt.Errorf("%w: cursor %s", plan.ErrInvalid, task.Quote(s))
+	}
+	return planCursor{score: n, id: id}, true, nil
+}
+
+// Plans lists plans, newest first, and the cursor of the next page ("" at
+// the end). The cursor is "<createdAt ms>:<planId>" of the last plan listed.
+// Two round trips a page; with a status filter it reads pages of candidates
+// until the page is full or ScanMax plans were examined.
+func (r *Redis) Plans(ctx context.Context, f plan.ListFilter) ([]*plan.Plan, string, error) {
+	if f.Status != "" && !f.Status.Valid() {
+		return nil, "", fmt.Errorf("%w: list plans: status %s", plan.ErrInvalid, task.Quote(string(f.Status)))
+	}
+	cur, has, err := parsePlanCursor(f.Cursor)
+	if err != nil {
+		return nil, "", fmt.Errorf("list plans: %w", err)
+	}
+	limit := pageLimit(f.Limit)
+	chunk := limit + 1
+	if f.Status != "" {
+		chunk = max(chunk, 200)
+	}
+	var out []*plan.Plan
+	for scanned := 0; scanned < r.scanMax; {
+		zs, err := r.plansAfter(ctx, cur, has, chunk)
+		if err != nil {
+			return nil, "", wrapErr(ctx, "list plans", err)
+		}
+		if len(zs) == 0 {
+			return out, "", nil
+		}
+		pp := r.c.Pipeline()
+		hs := make([]*redis.MapStringStringCmd, len(zs))
+		for i, z := range zs {
+			hs[i] = pp.HGetAll(ctx, r.keys.plan(z.id))
+		}
+		if err := transportErr(pp.Exec(ctx)); err != nil {
+			return nil, "", wrapErr(ctx, "list plans", err)
+		}
+		for i, z := range zs {
+			if len(out) == limit {
+				// zs[i] exists: there is a next page.
+				return out, cur.String(), nil
+			}
+			cur, has = z, true
+			scanned++
+			if err := hs[i].Err(); err != nil {
+				return nil, "", wrapErr(ctx, "list plans", err)
+			}
+			p, err := decodePlan(r.keys.plan(z.id), hs[i].Val())
+			if err != nil {
+				return nil, "", err
+			}
+			if p == nil || (f.Status != "" && p.Status != f.Status) {
+				continue
+			}
+			out = append(out, p)
+		}
+		if len(zs) < chunk {
+			return out, "", nil
+		}
+	}
+	return out, cur.String(), nil
+}
+
+// plansAfter returns up to n plan ids after cursor c, newest first: the rest
+// of c's millisecond (same score, smaller id) and the older ones, in one
+// round trip.
+func (r *Redis) plansAfter(ctx context.Context, c planCursor, has bool, n int) ([]planCursor, error) {
+	key := r.keys.Plans()
+	if !has {
+		zs, err := r.c.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Max: "+inf", Min: "-inf", Count: int64(n)}).Result()
+		if err != nil {
+			return nil, err
+		}
+		return toCursors(zs), nil
+	}
+	score := strconv.FormatInt(c.score, 10)
+	pp := r.c.Pipeline()
+	same := pp.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Max: score, Min: score})
+	older := pp.ZRevRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Max: "(" + score, Min: "-inf", Count: int64(n)})
+	if err := transportErr(pp.Exec(ctx)); err != nil {
+		return nil, err
+	}
+	if err := errors.Join(same.Err(), older.Err()); err != nil {
+		return nil, err
+	}
+	var out []planCursor
+	for _, z := range toCursors(same.Val()) {
+		if z.id < c.id {
+			out = append(out, z)
+		}
+	}
+	out = append(out, toCursors(older.Val())...)
+	return out[:min(len(out), n)], nil
+}
+
+func toCursors(zs []redis.Z) []planCursor {
+	out := make([]planCursor, 0, len(zs))
+	for _, z := range zs {
+		id, _ := z.Member.(string)
+		if plan.ValidID(id) {
+			out = append(out, planCursor{score: int64(z.Score), id: id})
+		}
+	}
+	return out
+}
+
+// PlanTasks lists a plan's tasks in plan order and the cursor of the next
+// page ("" at the end); the cursor is a position in the plan's task list.
+// One script call picks the page's ids and tenants (examining up to
+// ScanMax entries with a filter) and one pipeline reads the records: two
+// round trips. Returns plan.ErrNotFound.
+func (r *Redis) PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) ([]*task.Task, string, error) {
+	op := "list tasks of plan " + planID
+	pk, err := r.keys.planKeys(planID)
+	if err != nil {
+		return nil, "", fmt.Errorf("list plan tasks: %w", err)
+	}
+	pos, want, err := taskFilter(f)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", op, err)
+	}
+	limit := pageLimit(f.Limit)
+	scan := limit
+	if want != "" {
+		scan = r.scanMax
+	}
+	pp := r.pipeline()
+	exists := pp.p.Exists(ctx, pk.plan)
+	list := pp.eval(ctx, listPlanTasksScript, []string{pk.tasks, pk.counts}, pos, limit, scan, string(want))
+	if err := pp.exec(ctx); err != nil {
+		return nil, "", wrapErr(ctx, op, err)
+	}
+	if err := errors.Join(exists.Err(), list.cmd.Err()); err != nil {
+		return nil, "", wrapErr(ctx, op, err)
+	}
+	if exists.Val() == 0 {
+		return nil, "", fmt.Errorf("%s: %w", op, plan.ErrNotFound)
+	}
+	s, err := replySlice(op, list.cmd.Val())
+	if err != nil || len(s) == 0 {
+		return nil, "", fmt.Errorf("%s: unexpected script reply", op)
+	}
+	next := replyStr(s[0])
+	ids := make([]string, 0, len(s)/2)
+	tenants := make([]string, 0, len(s)/2)
+	for i := 1; i+1 < len(s); i += 2 {
+		ids = append(ids, replyStr(s[i]))
+		tenants = append(tenants, replyStr(s[i+1]))
+	}
+	tasks, err := r.readTasks(ctx, op, ids, tenants)
+	if err != nil {
+		return nil, "", err
+	}
+	out := tasks[:0]
+	now := f.Now
+	if now.IsZero() {
+		now = r.now()
+	}
+	for _, t := range tasks {
+		if keepTask(t, want, f, now) {
+			out = append(out, t)
+		}
+	}
+	return out, next, nil
+}
+
+// taskFilter validates a task listing filter: the start position and the
+// status the ledger must show.
+func taskFilter(f plan.TaskFilter) (int64, task.Status, error) {
+	var pos int64
+	if f.Cursor != "" {
+		n, err := strconv.ParseInt(f.Cursor, 10, 64)
+		if err != nil || n < 0 {
+			return 0, "", fmt.Errorf("%w: cursor %s", plan.ErrInvalid, task.Quote(f.Cursor))
+		}
+		pos = n
+	}
+	want := f.Status
+	if want != "" && !want.Valid() {
+		return 0, "", fmt.Errorf("%w: status %s", plan.ErrInvalid, task.Quote(string(want)))
+	}
+	if f.Orphaned {
+		if want != "" && want != task.StatusRunning {
+			return 0, "", fmt.Errorf("%w: orphaned tasks are RUNNING, not %s", plan.ErrInvalid, want)
+		}
+		want = task.StatusRunning
+	}
+	return pos, want, nil
+}
+
+func keepTask(t *task.Task, want task.Status, f plan.TaskFilter, now time.Time) bool {
+	if want != "" && t.Status != want {
+		return false
+	}
+	return !f.Orphaned || t.Orphaned(now, f.OrphanAfter)
+}
+
+// readTasks reads the records of tasks by id, in order, skipping missing
+// ones. A tenant id "" is looked up through the taskref (one more round trip).
+func (r *Redis) readTasks(ctx context.Context, op string, ids, tenants []string) ([]*task.Task, error) {
+	var unknown []int
+	for i, t := range tenants {
+		if t == "" {
+			unknown = append(unknown, i)
+		}
+	}
+	if len(unknown) > 0 {
+		pp := r.c.Pipeline()
+		refs := make([]*redis.StringCmd, len(unknown))
+		for j, i := range unknown {
+			k, err := r.keys.TaskRef(ids[i])
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, op, err)
+			}
+			refs[j] = pp.Get(ctx, k)
+		}
+		if err := transportErr(pp.Exec(ctx)); err != nil {
+			return nil, wrapErr(ctx, op, err)
+		}
+		for j, i := range unknown {
+			tenants[i] = refs[j].Val()
+		}
+	}
+	pp := r.c.Pipeline()
+	keys := make([]string, len(ids))
+	hs := make([]*redis.MapStringStringCmd, len(ids))
+	for i, id := range ids {
+		if tenants[i] == "" {
+			continue
+		}
+		k, err := r.keys.Task(tenants[i], id)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, op, err)
+		}
+		keys[i] = k
+		hs[i] = pp.HGetAll(ctx, k)
+	}
+	if err := transportErr(pp.Exec(ctx)); err != nil {
+		return nil, wrapErr(ctx, op, err)
+	}
+	out := make([]*task.Task, 0, len(ids))
+	for i, h := range hs {
+		if h == nil {
+			continue
+		}
+		if err := h.Err(); err != nil {
+			return nil, wrapErr(ctx, op, err)
+		}
+		t, err := decodeTask(keys[i], h.Val())
+		if err != nil {
+			return nil, err
+		}
+		if t != nil {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+// RepairCounts recomputes a plan's counts and ledger from its task records:
+// it reads the task list and ledger (one round trip), the records in
+// pipelines of Config.Batch, and rewrites the counts hash in one script that
+// also derives the plan's status again. Returns plan.ErrNotFound.
+func (r *Redis) RepairCounts(ctx context.Context, planID string) (plan.Counts, error) {
+	op := "repair counts of plan " + planID
+	pk, err := r.keys.planKeys(planID)
+	if err != nil {
+		return nil, fmt.Errorf("repair counts: %w", err)
+	}
+	pp := r.c.Pipeline()
+	exists := pp.Exists(ctx, pk.plan)
+	list := pp.LRange(ctx, pk.tasks, 0, -1)
+	led := pp.HGetAll(ctx, pk.counts)
+	if err := transportErr(pp.Exec(ctx)); err != nil {
+		return nil, wrapErr(ctx, op, err)
+	}
+	if err := errors.Join(exists.Err(), list.Err(), led.Err()); err != nil {
+		return nil, wrapErr(ctx, op, err)
+	}
+	if exists.Val() == 0 {
+		return nil, fmt.Errorf("%s: %w", op, plan.ErrNotFound)
+	}
+	ids := list.Val()
+	tenants := make([]string, len(ids))
+	for i, id := range ids {
+		if e, ok := parseLedger(led.Val()[ledgerPrefix+id]); ok && task.ValidTenantID(e.TenantID) {
+			tenants[i] = e.TenantID
+		}
+	}
+	entries := make([]ledger, len(ids))
+	for start := 0; start < len(ids); start += r.cfg.Batch {
+		end := min(start+r.cfg.Batch, len(ids))
+		if err := r.recount(ctx, op, ids[start:end], tenants[start:end], entries[start:end]); err != nil {
+			return nil, err
+		}
+	}
+	args := []any{formatTime(r.now()), r.ttlMs(), plan.ReasonFailureThreshold}
+	for i, id := range ids {
+		args = append(args, id, entries[i].String())
+	}
+	v, err := r.run(ctx, repairPlanCountsScript, []string{pk.counts, pk.plan, pk.tasks}, args...)
+	if err != nil {
+		return nil, wrapErr(ctx, op, err)
+	}
+	s, err := replySlice(op, v)
+	if err != nil {
+		return nil, err
+	}
+	if len(s) < 1+len(task.Statuses) {
+		return nil, fmt.Errorf("%s: %w", op, plan.ErrNotFound)
+	}
+	counts := newCounts()
+	for i, st := range task.Statuses {
+		counts[st] = int(replyInt(s[1+i]))
+	}
+	return counts, nil
+}
+
+// recount fills entries with the ledger entries of one batch of task records.
+func (r *Redis) recount(ctx context.Context, op string, ids, tenants []string, entries []ledger) error {
+	var unknown []int
+	for i := range ids {
+		if tenants[i] == "" {
+			unknown = append(unknown, i)
+		}
+	}
+	if len(unknown) > 0 {
+		pp := r.c.Pipeline()
+		refs := make(map[int]*redis.StringCmd, len(unknown))
+		for _, i := range unknown {
+			if k, err := r.keys.TaskRef(ids[i]); err == nil {
+				refs[i] = pp.Get(ctx, k)
+			}
+		}
+		if err := transportErr(pp.Exec(ctx)); err != nil {
+			return wrapErr(ctx, op, err)
+		}
+		for i, c := range refs {
+			if task.ValidTenantID(c.Val()) {
+				tenants[i] = c.Val()
+			}
+		}
+	}
+	pp := r.c.Pipeline()
+	recs := make([]*redis.SliceCmd, len(ids))
+	for i, id := range ids {
+		entries[i] = ledger{TenantID: tenants[i]}
+		if k, err := r.keys.Task(tenants[i], id); err == nil {
+			recs[i] = pp.HMGet(ctx, k, fStatus, fSeq, fFence, fOwner)
+		}
+	}
+	if err := transportErr(pp.Exec(ctx)); err != nil {
+		return wrapErr(ctx, op, err)
+	}
+	for i, c := range recs {
+		if c == nil {
+			continue
+		}
+		if err := c.Err(); err != nil {
+			return wrapErr(ctx, op, err)
+		}
+		v := c.Val()
+		st := task.Status(replyStr(v[0]))
+		if !st.Valid() {
+			continue // missing (or unreadable) record: counted nowhere
+		}
+		entries[i].Status = st
+		entries[i].Seq = replyInt(v[1])
+		entries[i].Fence = replyInt(v[2])
+		entries[i].Owner = replyStr(v[3])
+	}
+	return nil
+}

@@ -1,0 +1,358 @@
+package repository
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deploycoord/deploycoord/checkpoint"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+)
+
+// WriteTask applies w in one round trip: write_task.lua (the fenced write of
+// record, checkpoint and timeline, in the tenant's slot) and, when the status
+// changes or a RUNNING task is taken over (RUNNING → RUNNING with
+// ClearRequests), move_plan_counts.lua (the plan's counts and status, in the
+// plan's slot) in the same pipeline. Returns a *task.RefusedError when the lock,
+// fence or seq check fails: nothing is written, and if the counts update had
+// applied it is corrected at once (two more round trips, refusals only).
+//
+// The stored fence becomes w.Guard.Fence. After an *UnavailableError the
+// outcome is unknown: read the task (its Seq tells whether the write landed).
+func (r *Redis) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, error) {
+	if err := checkWrite(w); err != nil {
+		return task.WriteResult{}, err
+	}
+	t := w.Task
+	op := "write task " + t.ID
+	tk, _ := r.keys.taskKeys(t.TenantID, t.ID)
+	moving := movesCounts(w)
+	var pk planKeys
+	if moving {
+		pk, _ = r.keys.planKeys(t.PlanID)
+	}
+	body, err := taskBody(t)
+	if err != nil {
+		return task.WriteResult{}, fmt.Errorf("%w: %s: %v", task.ErrInvalid, op, err)
+	}
+	ckpt := ""
+	switch {
+	case w.DeleteCheckpoint:
+		ckpt = "-"
+	case w.Checkpoint != nil:
+		b, err := w.Checkpoint.Marshal()
+		if err != nil {
+			return task.WriteResult{}, fmt.Errorf("%w: %s: checkpoint: %v", task.ErrInvalid, op, err)
+		}
+		ckpt = string(b)
+	}
+	events, err := encodeEvents(w.Events)
+	if err != nil {
+		return task.WriteResult{}, fmt.Errorf("%w: %s: %v", task.ErrInvalid, op, err)
+	}
+
+	writeID := newWriteID()
+	ttl := r.ttlMs()
+	args := []any{w.Guard.LockValue, w.Guard.Fence, w.ExpectSeq, writeID, ckpt, flag(w.ClearRequests),
+		flag(w.ReleaseLock), r.cfg.TimelineMax, ttl, len(body) / 2}
+	args = strArgs(strArgs(args, body...), events...)
+	pp := r.pipeline()
+	wt := pp.eval(ctx, writeTaskScript, []string{tk.task, tk.ckpt, tk.timeline, tk.lock, tk.index, tk.history}, args...)
+	var mv *evalCmd
+	if moving {
+		mv = pp.eval(ctx, movePlanCountsScript, []string{pk.counts, pk.plan, pk.tasks},
+			t.ID, string(t.Status), w.ExpectSeq+1, w.Guard.Fence, writeID, t.Owner, t.TenantID,
+			formatTime(r.now()), ttl, plan.ReasonFailureThreshold)
+		pp.p.PExpire(ctx, tk.ref, r.cfg.TTL)
+	}
+	if err := pp.exec(ctx); err != nil {
+		return task.WriteResult{}, wrapErr(ctx, op, err)
+	}
+	v, err := wt.cmd.Slice()
+	if err != nil {
+		return task.WriteResult{}, wrapErr(ctx, op, err)
+	}
+	if len(v) == 0 {
+		return task.WriteResult{}, fmt.Errorf("%s: empty script reply", op)
+	}
+	if replyInt(v[0]) != 1 {
+		refused := refusal(t.ID, v)
+		if mv != nil {
+			if mvv, err := mv.cmd.Slice(); err == nil && len(mvv) > 1 && replyInt(mvv[1]) == 1 {
+				if err := r.correctCounts(ctx, tk, pk, t.ID, writeID); err != nil {
+					return task.WriteResult{}, errors.Join(refused, err)
+				}
+			}
+		}
+		return task.WriteResult{}, refused
+	}
+	if len(v) < 4 {
+		return task.WriteResult{}, fmt.Errorf("%s: short script reply %v", op, v)
+	}
+	res := task.WriteResult{Seq: replyInt(v[1]), PauseRequested: replyInt(v[2]) == 1, CancelRequested: replyInt(v[3]) == 1}
+	if mv != nil {
+		mvv, err := mv.cmd.Slice()
+		if err != nil {
+			return res, fmt.Errorf("%s: written, but the plan counts did not move (RepairCounts fixes them): %w", op, wrapErr(ctx, op, err))
+		}
+		if len(mvv) > 0 {
+			res.PlanStatus = replyStr(mvv[0])
+		}
+	}
+	return res, nil
+}
+
+// correctCounts undoes the counts update of a refused write: it reads the
+// task record as stored now and sets the ledger entry to it if the entry
+// still carries writeID (see correct_plan_counts.lua).
+func (r *Redis) correctCounts(ctx context.Context, tk taskKeys, pk planKeys, taskID, writeID string) error {
+	op := "correct plan counts for task " + taskID
+	v, err := r.c.HMGet(ctx, tk.task, fStatus, fSeq, fFence, fOwner).Result()
+	if err != nil {
+		return wrapErr(ctx, op, err)
+	}
+	status := task.Status(replyStr(v[0]))
+	if !status.Valid() {
+		status = ""
+	}
+	_, err = r.run(ctx, correctPlanCountsScript, []string{pk.counts, pk.plan, pk.tasks},
+		taskID, writeID, string(status), replyInt(v[1]), replyInt(v[2]), replyStr(v[3]),
+		formatTime(r.now()), plan.ReasonFailureThreshold)
+	return wrapErr(ctx, op, err)
+}
+
+func encodeEvents(evs []task.Event) ([]string, error) {
+	out := make([]string, 0, len(evs))
+	for _, ev := range evs {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return nil, fmt.Errorf("timeline event %s: %w", ev.Type, err)
+		}
+		out = append(out, string(b))
+	}
+	return out, nil
+}
+
+func checkRequest(req task.Request) error {
+	switch req {
+	case task.RequestPause, task.RequestCancel, task.RequestClearPause:
+		return nil
+	}
+	return fmt.Errorf("%w: request %s must be pause, cancel or clear_pause", task.ErrInvalid, task.Quote(string(req)))
+}
+
+// RequestTask stores a cooperative request on a task without the tenant lock
+// and without changing its seq, appends ev to its timeline when the request
+// was stored (ev.Type "" appends nothing), and returns the task as stored.
+// Pause and cancel are stored only on RUNNING tasks; clear_pause withdraws a
+// pause request on a task of any status. One round trip. Returns
+// task.ErrNotFound.
+func (r *Redis) RequestTask(ctx context.Context, tenantID, taskID string, req task.Request, ev task.Event) (*task.Task, error) {
+	t, _, err := r.requestTask(ctx, tenantID, taskID, req, ev)
+	return t, err
+}
+
+func (r *Redis) requestTask(ctx context.Context, tenantID, taskID string, req task.Request, ev task.Event) (*task.Task, bool, error) {
+	op := "request " + string(req) + " of task " + taskID
+	tk, err := r.keys.taskKeys(tenantID, taskID)
+	if err != nil {
+		return nil, false, fmt.Errorf("request task: %w", err)
+	}
+	if err := checkRequest(req); err != nil {
+		return nil, false, err
+	}
+	evJSON := ""
+	if ev.Type != "" {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return nil, false, fmt.Errorf("%w: %s: event: %v", task.ErrInvalid, op, err)
+		}
+		evJSON = string(b)
+	}
+	v, err := r.run(ctx, requestTaskScript, []string{tk.task, tk.timeline}, string(req), evJSON, r.cfg.TimelineMax, r.ttlMs())
+	if err != nil {
+		return nil, false, wrapErr(ctx, op, err)
+	}
+	s, err := replySlice(op, v)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(s) == 0 {
+		return nil, false, fmt.Errorf("%s: %w", op, task.ErrNotFound)
+	}
+	m := make(map[string]string, len(s)/2)
+	for i := 1; i+1 < len(s); i += 2 {
+		m[replyStr(s[i])] = replyStr(s[i+1])
+	}
+	t, err := decodeTask(tk.task, m)
+	if err != nil {
+		return nil, false, err
+	}
+	if t == nil {
+		return nil, false, fmt.Errorf("%s: %w", op, task.ErrNotFound)
+	}
+	return t, replyInt(s[0]) == 1, nil
+}
+
+// Beat refreshes a task's heartbeat if g still holds its tenant lock and no
+// newer fence has written the task. One round trip. Returns a
+// *task.RefusedError otherwise.
+func (r *Redis) Beat(ctx context.Context, tenantID, taskID string, g task.Guard, now time.Time) error {
+	op := "heartbeat of task " + taskID
+	tk, err := r.keys.taskKeys(tenantID, taskID)
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	v, err := r.run(ctx, beatTaskScript, []string{tk.task, tk.lock}, g.LockValue, g.Fence, formatTime(now))
+	if err != nil {
+		return wrapErr(ctx, op, err)
+	}
+	s, err := replySlice(op, v)
+	if err != nil || len(s) == 0 {
+		return fmt.Errorf("%s: unexpected script reply %v", op, v)
+	}
+	if replyInt(s[0]) == 1 {
+		return nil
+	}
+	return refusal(taskID, s)
+}
+
+// TaskByTenant returns the tenant's current task (the newest created for it)
+// and its checkpoint (nil if none): two round trips. Returns task.ErrNotFound.
+func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, *checkpoint.Checkpoint, error) {
+	op := "get task of tenant " + tenantID
+	k, err := r.keys.Index(tenantID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("get task of tenant: %w", err)
+	}
+	id, err := r.c.Get(ctx, k).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
+	}
+	if err != nil {
+		return nil, nil, wrapErr(ctx, op, err)
+	}
+	if !task.ValidID(id) {
+		return nil, nil, fmt.Errorf("%w: %s holds %s, not a task id", ErrCorrupt, k, task.Quote(id))
+	}
+	return r.loadTask(ctx, op, tenantID, id)
+}
+
+// Task returns a task by id and its checkpoint (nil if none): two round
+// trips. Returns task.ErrNotFound.
+func (r *Redis) Task(ctx context.Context, taskID string) (*task.Task, *checkpoint.Checkpoint, error) {
+	op := "get task " + taskID
+	k, err := r.keys.TaskRef(taskID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("get task: %w", err)
+	}
+	tenant, err := r.c.Get(ctx, k).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
+	}
+	if err != nil {
+		return nil, nil, wrapErr(ctx, op, err)
+	}
+	if !task.ValidTenantID(tenant) {
+		return nil, nil, fmt.Errorf("%w: %s holds %s, not a tenant id", ErrCorrupt, k, task.Quote(tenant))
+	}
+	return r.loadTask(ctx, op, tenant, taskID)
+}
+
+// loadTask reads a task record and its checkpoint in one round trip.
+func (r *Redis) loadTask(ctx context.Context, op, tenantID, taskID string) (*task.Task, *checkpoint.Checkpoint, error) {
+	tk, err := r.keys.taskKeys(tenantID, taskID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", op, err)
+	}
+	pp := r.c.Pipeline()
+	h := pp.HGetAll(ctx, tk.task)
+	c := pp.Get(ctx, tk.ckpt)
+	if err := transportErr(pp.Exec(ctx)); err != nil {
+		return nil, nil, wrapErr(ctx, op, err)
+	}
+	if err := h.Err(); err != nil {
+		return nil, nil, wrapErr(ctx, op, err)
+	}
+	t, err := decodeTask(tk.task, h.Val())
+	if err != nil {
+		return nil, nil, err
+	}
+	if t == nil {
+		return nil, nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
+	}
+	switch err := c.Err(); {
+	case errors.Is(err, redis.Nil):
+		return t, nil, nil
+	case err != nil:
+		return nil, nil, wrapErr(ctx, op, err)
+	}
+	cp, err := checkpoint.Unmarshal([]byte(c.Val()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, tk.ckpt, err)
+	}
+	return t, &cp, nil
+}
+
+// TenantHistory returns up to limit of the tenant's tasks, newest first
+// (limit 0 means plan.LimitDefault, at most plan.LimitMax): two round trips.
+func (r *Redis) TenantHistory(ctx context.Context, tenantID string, limit int) ([]*task.Task, error) {
+	op := "history of tenant " + tenantID
+	k, err := r.keys.History(tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("tenant history: %w", err)
+	}
+	ids, err := r.c.ZRevRange(ctx, k, 0, int64(pageLimit(limit)-1)).Result()
+	if err != nil {
+		return nil, wrapErr(ctx, op, err)
+	}
+	tenants := make([]string, len(ids))
+	for i := range tenants {
+		tenants[i] = tenantID
+	}
+	return r.readTasks(ctx, op, ids, tenants)
+}
+
+// Timeline returns up to limit of the newest timeline entries of a task,
+// oldest first (limit 0 or above Config.TimelineMax means TimelineMax): one
+// round trip. Returns task.ErrNotFound.
+func (r *Redis) Timeline(ctx context.Context, tenantID, taskID string, limit int) ([]task.Event, error) {
+	op := "timeline of task " + taskID
+	tk, err := r.keys.taskKeys(tenantID, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("timeline: %w", err)
+	}
+	if limit <= 0 || limit > r.cfg.TimelineMax {
+		limit = r.cfg.TimelineMax
+	}
+	pp := r.c.Pipeline()
+	exists := pp.Exists(ctx, tk.task)
+	entries := pp.LRange(ctx, tk.timeline, int64(-limit), -1)
+	if err := transportErr(pp.Exec(ctx)); err != nil {
+		return nil, wrapErr(ctx, op, err)
+	}
+	if err := errors.Join(exists.Err(), entries.Err()); err != nil {
+		return nil, wrapErr(ctx, op, err)
+	}
+	if exists.Val() == 0 {
+		return nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
+	}
+	return decodeEvents(tk.timeline, entries.Val())
+}
+
+func decodeEvents(key string, raw []string) ([]task.Event, error) {
+	out := make([]task.Event, 0, len(raw))
+	for i, s := range raw {
+		var ev task.Event
+		if err := json.Unmarshal([]byte(s), &ev); err != nil {
+			return nil, fmt.Errorf("%w: %s entry %d: %v", ErrCorrupt, key, i, err)
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}

@@ -1,0 +1,32 @@
+-- correct_plan_counts.lua: undoes the counts update of a refused write, in the
+-- plan's slot. Sent after write_task.lua refused a write whose
+-- move_plan_counts.lua update had applied (both were in one pipeline). If the
+-- ledger entry still carries the refused write's id, it is set to the task
+-- record's state as read after the refusal, and the counters move with it;
+-- otherwise a later committed write has overwritten it and nothing is done.
+-- The plan's status is derived with the corrected (wrong) status -> the
+-- stored one as the task's move. Prepended with derive_plan.lua.
+--
+-- KEYS[1] -> {p}plan:{planId}:counts
+-- KEYS[2] -> {p}plan:{planId}
+-- KEYS[3] -> {p}plan:{planId}:tasks   (unused; same slot, kept for symmetry)
+-- ARGV[1] -> task id
+-- ARGV[2] -> write id of the refused write
+-- ARGV[3] -> stored status ("" when the task record is missing)
+-- ARGV[4] -> stored seq
+-- ARGV[5] -> stored fence
+-- ARGV[6] -> stored owner
+-- ARGV[7] -> now (RFC 3339)
+-- ARGV[8] -> reason of a pause by the failure threshold
+-- Returns {plan status, 1 if the entry was corrected else 0}.
+
+local field = 't:' .. ARGV[1]
+local e = parse_ledger(redis.call('HGET', KEYS[1], field))
+if not e or e.write_id ~= ARGV[2] then
+  return {redis.call('HGET', KEYS[2], 'status') or '', 0}
+end
+count_task(KEYS[1], e.status, e.owner, -1)
+count_task(KEYS[1], ARGV[3], ARGV[6], 1)
+redis.call('HSET', KEYS[1], field,
+  format_ledger(ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), '', ARGV[6], e.tenant))
+return {derive_plan(KEYS[1], KEYS[2], ARGV[7], ARGV[8], e.status, ARGV[3]), 1}

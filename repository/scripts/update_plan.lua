@@ -1,0 +1,27 @@
+-- update_plan.lua: compare-and-set of a plan's status, in the plan's slot.
+--
+-- KEYS[1] -> {p}plan:{planId}           plan record (HASH)
+-- KEYS[2] -> {p}plan:{planId}:tasks     (TTL refreshed)
+-- KEYS[3] -> {p}plan:{planId}:counts    (TTL refreshed)
+-- ARGV[1] -> TTL in milliseconds
+-- ARGV[2] -> n, the number of statuses the stored one may be (0 = any)
+-- ARGV[3 .. 2+n] -> those statuses
+-- ARGV[3+n ..] -> field, value, ... to write
+-- Returns {1} when written, {0, stored status} when the stored status is not
+-- one of the given ones, {-1} when the plan is missing.
+
+local cur = redis.call('HGET', KEYS[1], 'status')
+if not cur then return {-1} end
+local n = tonumber(ARGV[2])
+if n > 0 then
+  local ok = false
+  for i = 3, 2 + n do
+    if ARGV[i] == cur then ok = true end
+  end
+  if not ok then return {0, cur} end
+end
+local fields = {}
+for i = 3 + n, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(fields))
+for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+return {1}

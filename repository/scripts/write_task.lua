@@ -1,0 +1,77 @@
+-- write_task.lua: the fenced write of a task's stage transition, in the
+-- tenant's slot: record, checkpoint and timeline together, or nothing.
+--
+-- Checks, in order (a refusal writes nothing):
+--   a. the record exists                          else "missing"
+--   b. a lock value is given and the lock holds it else "lock"
+--   c. the stored fence is not above the writer's  else "fence"
+--   d. the stored seq is the expected one           else "seq"
+-- A write whose id is already stored was applied before (a client retry): it
+-- succeeds again without writing.
+--
+-- KEYS[1] -> {p}task:{tenantId}:<taskId>              task record (HASH)
+-- KEYS[2] -> {p}ckpt:{tenantId}:<taskId>              checkpoint (STRING)
+-- KEYS[3] -> {p}task:{tenantId}:<taskId>:timeline     timeline (LIST)
+-- KEYS[4] -> {p}lock:tenant:{tenantId}                tenant lock (STRING)
+-- KEYS[5] -> {p}index:tenant:{tenantId}               tenant's current task (TTL refreshed)
+-- KEYS[6] -> {p}index:tenant:{tenantId}:history       tenant's tasks (TTL refreshed)
+-- ARGV[1] -> lock value the writer holds ("" = a write without the lock)
+-- ARGV[2] -> writer's fencing token (stored as the record's fence)
+-- ARGV[3] -> expected seq (the record gets seq + 1)
+-- ARGV[4] -> write id (random per write)
+-- ARGV[5] -> checkpoint JSON; "" keeps the checkpoint, "-" deletes it
+-- ARGV[6] -> "1" clears the pause and cancel requests
+-- ARGV[7] -> "1" deletes the lock (its value matched)
+-- ARGV[8] -> timeline max entries
+-- ARGV[9] -> TTL in milliseconds
+-- ARGV[10] -> n, the number of record fields that follow
+-- ARGV[11 .. 10+2n] -> field, value, ... (every field but seq, fence, writeId
+--                      and the requests)
+-- ARGV[11+2n ..] -> timeline entries (JSON), appended in order
+-- Returns {1, seq, pauseRequested, cancelRequested} when written (0|1 flags,
+-- as stored after the write), or {0, reason, status, seq, fence, owner}
+-- (the stored state) when refused.
+
+local rec = redis.call('HMGET', KEYS[1], 'status', 'seq', 'fence', 'owner', 'writeId',
+  'pauseRequested', 'cancelRequested')
+if not rec[1] then return {0, 'missing', '', 0, 0, ''} end
+local seq, fence = tonumber(rec[2]) or 0, tonumber(rec[3]) or 0
+local pause, cancel = tonumber(rec[6]) or 0, tonumber(rec[7]) or 0
+if rec[5] == ARGV[4] then return {1, seq, pause, cancel} end
+
+local function refuse(reason) return {0, reason, rec[1], seq, fence, rec[4] or ''} end
+if ARGV[1] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[1] then return refuse('lock') end
+if fence > tonumber(ARGV[2]) then return refuse('fence') end
+if seq ~= tonumber(ARGV[3]) then return refuse('seq') end
+
+local n = tonumber(ARGV[10])
+local new_seq = seq + 1
+local fields = {'seq', string.format('%d', new_seq), 'fence', ARGV[2], 'writeId', ARGV[4]}
+for i = 11, 10 + 2 * n do fields[#fields + 1] = ARGV[i] end
+if ARGV[6] == '1' then
+  pause, cancel = 0, 0
+  fields[#fields + 1] = 'pauseRequested'
+  fields[#fields + 1] = '0'
+  fields[#fields + 1] = 'cancelRequested'
+  fields[#fields + 1] = '0'
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+
+local ttl = ARGV[9]
+if ARGV[5] == '-' then
+  redis.call('DEL', KEYS[2])
+elseif ARGV[5] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[5], 'PX', ttl)
+else
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
+
+local first = 11 + 2 * n
+for i = first, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
+if #ARGV >= first then
+  redis.call('LTRIM', KEYS[3], -tonumber(ARGV[8]), -1)
+end
+
+for _, k in ipairs({KEYS[1], KEYS[3], KEYS[5], KEYS[6]}) do redis.call('PEXPIRE', k, ttl) end
+if ARGV[7] == '1' and ARGV[1] ~= '' then redis.call('DEL', KEYS[4]) end
+return {1, new_seq, pause, cancel}
