@@ -100,6 +100,10 @@ func New(client redis.UniversalClient, cfg Config) (*Locker, error) {
 	}, nil
 }
 
+// acquireAttempts bounds the attempts of Acquire when the lock keeps being
+// freed between its refused SET NX and the read of its holder.
+const acquireAttempts = 4
+
 // Acquire takes the tenant's lock for h with a new fencing token, in one
 // round trip (the token is taken by the SET NX script), and starts renewing
 // it. It does not wait: when another holder has the lock it returns a
@@ -116,8 +120,8 @@ func (l *Locker) Acquire(ctx context.Context, tenantID string, h Holder) (*Lease
 	if err := validHolder(h); err != nil {
 		return nil, err
 	}
-	// A second attempt only when the lock was freed between the refused SET
-	// NX and the read of its holder.
+	// Another attempt only when the lock was freed between the refused SET
+	// NX and the read of its holder (a short-lived holder under contention).
 	for attempt := 0; ; attempt++ {
 		p := &lockPool{client: l.client, fenceKey: l.fenceKey(tenantID), clock: l.clock}
 		m := redsync.New(p).NewMutex(l.lockKey(tenantID),
@@ -139,7 +143,7 @@ func (l *Locker) Acquire(ctx context.Context, tenantID string, h Holder) (*Lease
 		if err != nil {
 			return nil, err
 		}
-		if !info.Held && attempt == 0 {
+		if !info.Held && attempt < acquireAttempts-1 {
 			continue
 		}
 		return nil, &LockedError{TenantID: tenantID, Holder: info.Holder, TTL: info.TTL, Fence: info.Fence, Value: info.Value}
