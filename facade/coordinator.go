@@ -1,0 +1,275 @@
+package facade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/deploycoord/deploycoord/checkpoint"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+	"github.com/deploycoord/deploycoord/task/stage"
+)
+
+// Defaults of Config.
+const (
+	// LeaseDefault is the tenant lock lease; a RUNNING task whose owner has
+	// not heartbeated for longer is reported orphaned.
+	LeaseDefault = 60 * time.Second
+	// PlanPollDefault is how often a plan's owner re-reads the plan record to
+	// see pauses, resumes and cancels made on other instances.
+	PlanPollDefault = time.Second
+	// LockWaitPollDefault is how often a task of an "onTenantLocked: wait"
+	// plan tries its tenant's lock again.
+	LockWaitPollDefault = 500 * time.Millisecond
+	// WriteTimeoutDefault bounds one storage write of a running task.
+	WriteTimeoutDefault = 10 * time.Second
+)
+
+// Config configures a Coordinator. Zero fields mean the default.
+type Config struct {
+	// Instance names this coordinator instance (required); it is stored as
+	// the owner of the plans and tasks it runs.
+	Instance string
+	// Lease is the tenant lock lease (LeaseDefault); it must match the
+	// Locker's lease. It is also the orphan threshold.
+	Lease time.Duration
+	// Stages compiles stage specs into runnable stages (required).
+	Stages *stage.Registry
+	// Pipelines are the operator-defined pipelines a plan may name.
+	Pipelines map[string][]task.StageSpec
+	// MaxTenants caps tenants per plan (plan.MaxTenantsDefault).
+	MaxTenants int
+	// PlanPoll is how often a plan's owner re-reads its plan (PlanPollDefault).
+	PlanPoll time.Duration
+	// LockWaitPoll is how often a waiting task retries its tenant's lock.
+	LockWaitPoll time.Duration
+	// WriteTimeout bounds one storage write of a running task.
+	WriteTimeout time.Duration
+	// Clock returns the current time (time.Now).
+	Clock Clock
+	// Rand returns uniform numbers in [0, 1) for retry jitter (math/rand/v2).
+	Rand func() float64
+	// Logger receives the coordinator's logs (zerolog.Nop()).
+	Logger *zerolog.Logger
+}
+
+// Coordinator runs plans and answers queries: the use cases of deploycoord.
+// It is safe for concurrent use. Create it with New; stop it with Shutdown.
+type Coordinator struct {
+	store Store
+	locks Locker
+	cfg   Config
+	log   zerolog.Logger
+	now   Clock
+
+	mu    sync.Mutex
+	plans map[string]*planRun // plans this instance starts tasks for
+	tasks map[string]*taskRun // task runs on this instance, by task id
+	runs  sync.WaitGroup
+
+	closing atomic.Bool
+	// hardStop is cancelled when the shutdown grace period ends: stages
+	// still running are interrupted.
+	hardStop       context.Context
+	cancelHardStop context.CancelFunc
+}
+
+// New returns a Coordinator over store and locks.
+func New(store Store, locks Locker, cfg Config) (*Coordinator, error) {
+	if store == nil || locks == nil {
+		return nil, errors.New("facade: store and locks are required")
+	}
+	if !task.ValidInstanceID(cfg.Instance) {
+		return nil, fmt.Errorf("facade: instance id %s must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", task.Quote(cfg.Instance))
+	}
+	if cfg.Stages == nil {
+		return nil, errors.New("facade: a stage registry is required")
+	}
+	for name, stages := range cfg.Pipelines {
+		if !task.ValidStageName(name) {
+			return nil, fmt.Errorf("facade: pipeline name %s is not valid", task.Quote(name))
+		}
+		if len(stages) == 0 {
+			return nil, fmt.Errorf("facade: pipeline %s has no stages", name)
+		}
+		if err := plan.ValidateStages(stages); err != nil {
+			return nil, fmt.Errorf("facade: pipeline %s: %w", name, err)
+		}
+		if _, err := cfg.Stages.CompileAll(stages, stage.SourceOperator); err != nil {
+			return nil, fmt.Errorf("facade: pipeline %s: %w", name, err)
+		}
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = LeaseDefault
+	}
+	if cfg.PlanPoll <= 0 {
+		cfg.PlanPoll = PlanPollDefault
+	}
+	if cfg.LockWaitPoll <= 0 {
+		cfg.LockWaitPoll = LockWaitPollDefault
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = WriteTimeoutDefault
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Float64
+	}
+	log := zerolog.Nop()
+	if cfg.Logger != nil {
+		log = *cfg.Logger
+	}
+	c := &Coordinator{
+		store: store, locks: locks, cfg: cfg, now: cfg.Clock,
+		log:   log.With().Str("component", "facade").Str("instance", cfg.Instance).Logger(),
+		plans: map[string]*planRun{}, tasks: map[string]*taskRun{},
+	}
+	c.hardStop, c.cancelHardStop = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// Instance returns this coordinator's instance id.
+func (c *Coordinator) Instance() string { return c.cfg.Instance }
+
+// Lease returns the tenant lock lease (the orphan threshold).
+func (c *Coordinator) Lease() time.Duration { return c.cfg.Lease }
+
+// Actor says who asks for an operator action, for the audit trail.
+type Actor struct {
+	// Name is the caller's token name ("" when auth is off: "anonymous").
+	Name string
+	Role string
+	// RequestID ties timeline entries to the HTTP request.
+	RequestID string
+	// Addr is the client address.
+	Addr string
+}
+
+func (a Actor) event(typ task.EventType, at time.Time, reason string) task.Event {
+	name := a.Name
+	if name == "" {
+		name = "anonymous"
+	}
+	return task.Event{At: at.UTC(), Type: typ, Reason: reason, Actor: name, Role: a.Role, RequestID: a.RequestID}
+}
+
+// PlanView is a plan as queried: the record, its task counts and whether
+// the answer came from memory because Redis was unreachable.
+type PlanView struct {
+	*plan.Plan
+	Counts   plan.Counts
+	Degraded bool
+}
+
+// TaskView is a task as queried: the record, its checkpoint (nil if none),
+// whether it is orphaned and whether the answer came from memory.
+type TaskView struct {
+	*task.Task
+	Checkpoint *checkpoint.Checkpoint
+	Orphaned   bool
+	Degraded   bool
+}
+
+func (c *Coordinator) taskView(t *task.Task, ck *checkpoint.Checkpoint) TaskView {
+	return TaskView{Task: t, Checkpoint: ck, Orphaned: c.orphaned(t), Degraded: c.degraded()}
+}
+
+// orphaned reports whether t is RUNNING without a live owner: it does not
+// run here and its owner stopped heartbeating for longer than the lease.
+func (c *Coordinator) orphaned(t *task.Task) bool {
+	if t.Status != task.StatusRunning {
+		return false
+	}
+	if t.Owner == c.cfg.Instance {
+		c.mu.Lock()
+		_, here := c.tasks[t.ID]
+		c.mu.Unlock()
+		if here {
+			return false
+		}
+	}
+	return t.Orphaned(c.now(), c.cfg.Lease)
+}
+
+func (c *Coordinator) degraded() bool {
+	d, ok := c.store.(interface{ Degraded() bool })
+	return ok && d.Degraded()
+}
+
+// Running returns the number of task runs in progress on this instance.
+func (c *Coordinator) Running() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.tasks)
+}
+
+// Idle waits until no task runs on this instance and every plan run here
+// has ended or waits for its plan to be resumed (checked every 10ms), or ctx
+// ends; for tests and benchmarks.
+func (c *Coordinator) Idle(ctx context.Context) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if c.idle() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+func (c *Coordinator) idle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.tasks) > 0 {
+		return false
+	}
+	for _, pr := range c.plans {
+		pr.mu.Lock()
+		waiting := pr.waiting && len(pr.running) == 0
+		pr.mu.Unlock()
+		if !waiting {
+			return false
+		}
+	}
+	return true
+}
+
+// compile resolves and compiles a plan's stages.
+func (c *Coordinator) compile(p *plan.Plan) ([]stage.Runnable, error) {
+	src := stage.SourceInline
+	if p.Pipeline != "" {
+		src = stage.SourceOperator
+	}
+	runs, err := c.cfg.Stages.CompileAll(p.Stages, src)
+	if err != nil {
+		return nil, wrapf(ErrInvalid, "%v", err)
+	}
+	return runs, nil
+}
+
+func checkTenant(id string) error {
+	if err := task.CheckTenantID(id); err != nil {
+		return wrapf(ErrInvalid, "%v", err)
+	}
+	return nil
+}
+
+func checkReason(reason string) error {
+	if err := plan.CheckReason(reason); err != nil {
+		return wrapf(ErrInvalid, "%v", err)
+	}
+	return nil
+}

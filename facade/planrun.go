@@ -1,0 +1,448 @@
+package facade
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/deploycoord/deploycoord/checkpoint"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+	"github.com/deploycoord/deploycoord/task/stage"
+	"github.com/deploycoord/deploycoord/tenantlock"
+)
+
+// itemMode says how a plan run enters one of its tasks.
+type itemMode int
+
+const (
+	itemStart    itemMode = iota // a PENDING task
+	itemResume                   // a PAUSED task, from its checkpoint
+	itemTakeover                 // an orphaned RUNNING task, from its checkpoint
+)
+
+type planItem struct {
+	t    *task.Task
+	mode itemMode
+}
+
+// planRun starts a plan's tasks on this instance, at most MaxConcurrency at
+// a time. It feeds while the plan is RUNNING, waits while it is PAUSED and
+// stops when the plan is cancelled, another instance takes it over or this
+// instance shuts down. Finished tasks leave memory as they finish.
+type planRun struct {
+	c      *Coordinator
+	p      *plan.Plan
+	stages []stage.Runnable
+	log    zerolog.Logger
+
+	mu      sync.Mutex
+	status  plan.Status
+	reason  string
+	stopped bool
+	queue   []planItem
+	next    int
+	running map[string]*taskRun
+	// waiting is true while the run waits for its plan to be resumed.
+	waiting bool
+
+	wake chan struct{}
+	done chan struct{}
+}
+
+// startPlanRun registers and starts a plan run over items; it returns the
+// existing run if the plan already runs here.
+func (c *Coordinator) startPlanRun(p *plan.Plan, stages []stage.Runnable, items []planItem) *planRun {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pr, ok := c.plans[p.ID]; ok {
+		pr.enqueue(items)
+		return pr
+	}
+	pr := &planRun{
+		c: c, p: p, stages: stages, status: plan.StatusRunning, queue: items,
+		running: map[string]*taskRun{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		log: c.log.With().Str("component", "plan_runner").Str("plan_id", p.ID).Logger(),
+	}
+	c.plans[p.ID] = pr
+	go pr.loop()
+	return pr
+}
+
+func (pr *planRun) enqueue(items []planItem) {
+	pr.mu.Lock()
+	queued := make(map[string]bool, len(pr.queue)-pr.next)
+	for _, it := range pr.queue[pr.next:] {
+		queued[it.t.ID] = true
+	}
+	for _, it := range items {
+		if _, running := pr.running[it.t.ID]; !running && !queued[it.t.ID] {
+			pr.queue = append(pr.queue, it)
+		}
+	}
+	pr.mu.Unlock()
+	pr.signal()
+}
+
+func (pr *planRun) signal() {
+	select {
+	case pr.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (pr *planRun) loop() {
+	defer func() {
+		pr.c.mu.Lock()
+		if pr.c.plans[pr.p.ID] == pr {
+			delete(pr.c.plans, pr.p.ID)
+		}
+		pr.c.mu.Unlock()
+		close(pr.done)
+	}()
+	go pr.poll()
+	pr.log.Info().Int("tasks", len(pr.queue)).Int("max_concurrency", pr.p.MaxConcurrency).Msg("plan run started")
+
+	slots := make(chan struct{}, max(pr.p.MaxConcurrency, 1))
+	var wg sync.WaitGroup
+	for {
+		slots <- struct{}{}
+		item, ok := pr.take()
+		if !ok {
+			<-slots
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			pr.runItem(item)
+		}()
+	}
+	wg.Wait()
+	pr.mu.Lock()
+	cancelled := pr.status == plan.StatusCancelled
+	pr.mu.Unlock()
+	if cancelled {
+		pr.cancelQueued()
+	}
+	pr.log.Info().Msg("plan run ended")
+}
+
+// take returns the next item to run, waiting while the plan is paused; ok is
+// false when the run must stop feeding.
+func (pr *planRun) take() (planItem, bool) {
+	for {
+		pr.mu.Lock()
+		switch {
+		case pr.stopped || pr.status == plan.StatusCancelled || pr.c.closing.Load():
+			pr.mu.Unlock()
+			return planItem{}, false
+		case pr.status.Finished():
+			// No task is active (the store derived it): nothing left to run.
+			pr.queue, pr.next = nil, 0
+			pr.mu.Unlock()
+			return planItem{}, false
+		case pr.status == plan.StatusRunning:
+			if pr.next >= len(pr.queue) {
+				pr.queue, pr.next = nil, 0
+				pr.mu.Unlock()
+				return planItem{}, false
+			}
+			it := pr.queue[pr.next]
+			pr.queue[pr.next] = planItem{} // let finished tasks leave memory
+			pr.next++
+			pr.mu.Unlock()
+			return it, true
+		}
+		pr.waiting = true
+		pr.mu.Unlock()
+		select {
+		case <-pr.wake:
+		case <-pr.c.hardStop.Done():
+		}
+		pr.mu.Lock()
+		pr.waiting = false
+		pr.mu.Unlock()
+	}
+}
+
+// runItem runs one task to its end (or until it stops) in this goroutine.
+func (pr *planRun) runItem(it planItem) {
+	c := pr.c
+	switch it.mode {
+	case itemStart:
+		c.startTask(pr, it.t)
+	default:
+		mode := task.RetryResume
+		if it.mode == itemTakeover {
+			mode = task.RetryNew
+		}
+		// The item may be stale: rerun reads the task again under the lock
+		// and enters it from its own checkpoint.
+		r, from, err := c.rerun(c.hardStop, it.t, pr.p, pr.stages, rerunSpec{mode: mode, expectSeq: -1, from: -1,
+			event: task.Event{Type: task.EventResumed, Reason: "plan resumed", Instance: c.cfg.Instance}}, pr)
+		if err != nil {
+			pr.log.Warn().Err(err).Str("task_id", it.t.ID).Str("tenant_id", it.t.TenantID).Msg("could not resume task")
+			return
+		}
+		r.run(from)
+	}
+}
+
+// startTask takes the tenant lock for a PENDING task, marks it RUNNING and
+// runs it. A locked tenant fails the task with TENANT_LOCKED (or waits, if
+// the plan says so).
+func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
+	log := pr.log.With().Str("task_id", t.ID).Str("tenant_id", t.TenantID).Logger()
+	lease, err := c.acquire(pr, t)
+	if err != nil {
+		var locked *tenantlock.LockedError
+		switch {
+		case errors.As(err, &locked) && locked.Holder.TaskID == t.ID:
+			log.Warn().Str("holder", locked.Holder.Instance).Msg("task already runs elsewhere; skipped")
+		case errors.As(err, &locked):
+			c.refuseStart(t, "TENANT_LOCKED: "+locked.Error(), log)
+		default:
+			log.Error().Err(err).Msg("could not take tenant lock; task left PENDING")
+		}
+		return
+	}
+	prev := t.Status
+	if err := t.Start(c.now(), c.cfg.Instance, lease.Fence()); err != nil {
+		log.Error().Err(err).Msg("start task")
+		c.releaseQuietly(lease)
+		return
+	}
+	r := c.newRun(t, pr.p, pr.stages, checkpoint.Empty(), lease, pr)
+	if !c.register(r) {
+		c.releaseQuietly(lease)
+		return
+	}
+	pr.add(r)
+	r.addEvent(task.Event{Type: task.EventStarted, Instance: c.cfg.Instance, Fence: lease.Fence()})
+	if err := r.write(prev, nil, false); err != nil {
+		if !errors.Is(err, errStoreRefused) {
+			log.Error().Err(err).Msg("could not mark task RUNNING; task left PENDING")
+		}
+		r.finish()
+		return
+	}
+	r.run(0)
+}
+
+// acquire takes the tenant lock for t under the plan's onTenantLocked
+// policy. While Redis is unreachable it keeps trying (no task starts).
+func (c *Coordinator) acquire(pr *planRun, t *task.Task) (*tenantlock.Lease, error) {
+	holder := tenantlock.Holder{PlanID: t.PlanID, TaskID: t.ID, Instance: c.cfg.Instance}
+	var waitUntil time.Time
+	if pr.p.OnTenantLocked == plan.LockWait {
+		waitUntil = c.now().Add(pr.p.LockWait)
+	}
+	for {
+		ctx, cancel := context.WithTimeout(c.hardStop, c.cfg.WriteTimeout)
+		lease, err := c.locks.Acquire(ctx, t.TenantID, holder)
+		cancel()
+		if err == nil {
+			return lease, nil
+		}
+		var locked *tenantlock.LockedError
+		switch {
+		case errors.As(err, &locked) && locked.Holder.TaskID != t.ID && c.now().Before(waitUntil):
+		case IsUnavailable(err):
+		default:
+			return nil, err
+		}
+		if pr.halted() {
+			return nil, err
+		}
+		select {
+		case <-time.After(c.cfg.LockWaitPoll):
+		case <-c.hardStop.Done():
+			return nil, err
+		}
+	}
+}
+
+// refuseStart fails a PENDING task that could not start (tenant locked),
+// without the lock: the write only applies if nobody touched the task.
+func (c *Coordinator) refuseStart(t *task.Task, reason string, log zerolog.Logger) {
+	prev := t.Status
+	now := c.now()
+	if err := t.Fail(now, reason); err != nil {
+		log.Error().Err(err).Msg("fail task")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
+	defer cancel()
+	_, err := c.store.WriteTask(ctx, task.Write{
+		Task: t, PrevStatus: prev, ExpectSeq: t.Seq, Guard: task.Guard{Fence: t.Fence},
+		Events: []task.Event{{At: now.UTC(), Type: task.EventFailed, Reason: reason, Attempt: t.Attempt, Instance: c.cfg.Instance}},
+	})
+	if err != nil {
+		log.Warn().Err(err).Msg("could not record TENANT_LOCKED failure")
+		return
+	}
+	log.Warn().Str("reason", reason).Msg("task failed: tenant locked")
+}
+
+func (c *Coordinator) releaseQuietly(lease *tenantlock.Lease) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
+	defer cancel()
+	if err := lease.Release(ctx); err != nil {
+		c.log.Warn().Err(err).Str("tenant_id", lease.TenantID()).Msg("release tenant lock")
+	}
+}
+
+func (pr *planRun) add(r *taskRun) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	pr.running[r.t.ID] = r
+	switch {
+	case pr.status == plan.StatusCancelled:
+		r.requestCancel(pr.reason)
+	case pr.status == plan.StatusPaused && pr.reason != plan.ReasonFailureThreshold:
+		r.requestPause(ReasonPlanPaused)
+	}
+}
+
+func (pr *planRun) taskDone(id string) {
+	pr.mu.Lock()
+	delete(pr.running, id)
+	pr.mu.Unlock()
+}
+
+func (pr *planRun) halted() bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.stopped || pr.status == plan.StatusCancelled || pr.c.closing.Load()
+}
+
+// observe applies a plan status seen in storage (after a task write or a
+// poll, or set by an operator on this instance).
+func (pr *planRun) observe(status plan.Status) { pr.apply(status, "") }
+
+func (pr *planRun) apply(status plan.Status, reason string) {
+	pr.mu.Lock()
+	if status == pr.status && reason == pr.reason {
+		pr.mu.Unlock()
+		return
+	}
+	prev := pr.status
+	pr.status, pr.reason = status, reason
+	runs := make([]*taskRun, 0, len(pr.running))
+	for _, r := range pr.running {
+		runs = append(runs, r)
+	}
+	pr.mu.Unlock()
+	switch status {
+	case plan.StatusCancelled:
+		for _, r := range runs {
+			r.requestCancel("plan cancelled: " + reason)
+		}
+	case plan.StatusPaused:
+		// A failure threshold only stops new tasks; a person's pause also
+		// pauses the running ones between two stages.
+		if reason != plan.ReasonFailureThreshold && reason != "" {
+			for _, r := range runs {
+				r.requestPause(ReasonPlanPaused)
+			}
+		}
+	case plan.StatusRunning:
+		for _, r := range runs {
+			if why := r.pauseReq.Load(); why != nil && *why == ReasonPlanPaused {
+				r.pauseReq.CompareAndSwap(why, nil)
+			}
+		}
+		if prev == plan.StatusPaused {
+			pr.resumePaused()
+		}
+	}
+	pr.signal()
+}
+
+// resumePaused queues the plan's PAUSED tasks to be resumed.
+func (pr *planRun) resumePaused() {
+	items, err := pr.c.loadItems(context.Background(), pr.p.ID, task.StatusPaused, itemResume)
+	if err != nil {
+		pr.log.Warn().Err(err).Msg("could not list paused tasks to resume")
+		return
+	}
+	pr.enqueue(items)
+}
+
+// stop makes the run stop feeding (shutdown, or another instance owns the plan).
+func (pr *planRun) stop() {
+	pr.mu.Lock()
+	pr.stopped = true
+	pr.mu.Unlock()
+	pr.signal()
+}
+
+// poll re-reads the plan record every PlanPoll to see what other instances
+// did to it: pause, resume, cancel, a takeover.
+func (pr *planRun) poll() {
+	tick := time.NewTicker(pr.c.cfg.PlanPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-pr.done:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), pr.c.cfg.WriteTimeout)
+		p, _, err := pr.c.store.Plan(ctx, pr.p.ID)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if p.Owner != pr.c.cfg.Instance {
+			pr.log.Warn().Str("owner", p.Owner).Msg("plan taken over by another instance; stop starting its tasks")
+			pr.stop()
+			continue
+		}
+		pr.apply(p.Status, p.Reason)
+	}
+}
+
+// cancelQueued cancels the tasks still queued when the plan was cancelled.
+func (pr *planRun) cancelQueued() {
+	pr.mu.Lock()
+	rest := pr.queue[pr.next:]
+	pr.queue, pr.next = nil, 0
+	reason := "plan cancelled: " + pr.reason
+	pr.mu.Unlock()
+	for _, it := range rest {
+		if it.t != nil {
+			pr.c.cancelIdle(context.Background(), it.t, reason, task.Event{})
+		}
+	}
+}
+
+// loadItems lists a plan's tasks in status s as plan items.
+func (c *Coordinator) loadItems(ctx context.Context, planID string, s task.Status, mode itemMode) ([]planItem, error) {
+	var items []planItem
+	f := plan.TaskFilter{Status: s, Limit: plan.LimitMax}
+	if mode == itemTakeover {
+		f.Orphaned, f.OrphanAfter, f.Now = true, c.cfg.Lease, c.now()
+	}
+	for {
+		ts, next, err := c.store.PlanTasks(ctx, planID, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range ts {
+			if mode == itemTakeover && !c.orphaned(t) {
+				continue
+			}
+			items = append(items, planItem{t: t, mode: mode})
+		}
+		if next == "" {
+			return items, nil
+		}
+		f.Cursor = next
+	}
+}

@@ -1,0 +1,398 @@
+package facade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+	"github.com/deploycoord/deploycoord/task/stage"
+)
+
+// CreatePlan validates spec, stores the plan with one PENDING task per
+// tenant and, unless spec.Start is false, starts it on this instance.
+func (c *Coordinator) CreatePlan(ctx context.Context, spec plan.Spec, a Actor) (PlanView, error) {
+	if c.closing.Load() {
+		return PlanView{}, wrapf(ErrShuttingDown, "instance %s is shutting down; create the plan on another instance", c.cfg.Instance)
+	}
+	if err := spec.Validate(c.cfg.MaxTenants); err != nil {
+		return PlanView{}, wrapf(ErrInvalid, "%s", strings.TrimPrefix(err.Error(), "plan: invalid: "))
+	}
+	stages := spec.Stages
+	src := stage.SourceInline
+	if spec.Pipeline != "" {
+		var ok bool
+		if stages, ok = c.cfg.Pipelines[spec.Pipeline]; !ok {
+			return PlanView{}, wrapf(ErrInvalid, "unknown pipeline %s; this server defines: %s", task.Quote(spec.Pipeline), c.pipelineNames())
+		}
+		src = stage.SourceOperator
+	}
+	compiled, err := c.cfg.Stages.CompileAll(stages, src)
+	if err != nil {
+		return PlanView{}, wrapf(ErrInvalid, "%v", err)
+	}
+	now := c.now()
+	p := spec.NewPlan(plan.NewID(now), stages, now)
+	names := p.StageNames()
+	tasks := make([]*task.Task, len(spec.Tenants))
+	for i, ts := range spec.Tenants {
+		tasks[i] = task.New(task.NewID(now), p.ID, ts.TenantID, spec.TenantParams(ts), names, now)
+	}
+	start := spec.ShouldStart()
+	if start {
+		if err := p.Start(now, c.cfg.Instance); err != nil {
+			return PlanView{}, translate(err, "plan")
+		}
+	}
+	if err := c.store.CreatePlan(ctx, p, tasks); err != nil {
+		return PlanView{}, translate(err, "plan")
+	}
+	c.log.Info().Str("plan_id", p.ID).Str("name", p.Name).Int("tasks", len(tasks)).Bool("started", start).
+		Str("actor", a.Name).Str("request_id", a.RequestID).Msg("plan created")
+	view := PlanView{Plan: p.Clone(), Counts: plan.Counts{task.StatusPending: len(tasks)}}
+	if start {
+		items := make([]planItem, len(tasks))
+		for i, t := range tasks {
+			items[i] = planItem{t: t, mode: itemStart}
+		}
+		c.startPlanRun(p, compiled, items)
+	}
+	return view, nil
+}
+
+func (c *Coordinator) pipelineNames() string {
+	names := make([]string, 0, len(c.cfg.Pipelines))
+	for n := range c.cfg.Pipelines {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		return "(none)"
+	}
+	return strings.Join(names, ", ")
+}
+
+// Plan returns a plan with its task counts — seed 002's queryPlanStatus.
+func (c *Coordinator) Plan(ctx context.Context, planID string) (PlanView, error) {
+	if !plan.ValidID(planID) {
+		return PlanView{}, wrapf(ErrInvalid, "plan id %s is not a plan id", task.Quote(planID))
+	}
+	p, counts, err := c.store.Plan(ctx, planID)
+	if err != nil {
+		return PlanView{}, translate(err, "plan "+planID)
+	}
+	return PlanView{Plan: p, Counts: counts, Degraded: c.degraded()}, nil
+}
+
+// Plans lists plans, newest first, and the cursor of the next page.
+func (c *Coordinator) Plans(ctx context.Context, f plan.ListFilter) ([]PlanView, string, error) {
+	if f.Status != "" && !f.Status.Valid() {
+		return nil, "", wrapf(ErrInvalid, "status %s is not a plan status", task.Quote(string(f.Status)))
+	}
+	if err := checkLimit(&f.Limit); err != nil {
+		return nil, "", err
+	}
+	ps, next, err := c.store.Plans(ctx, f)
+	if err != nil {
+		return nil, "", translate(err, "plans")
+	}
+	views := make([]PlanView, len(ps))
+	for i, p := range ps {
+		views[i] = PlanView{Plan: p}
+	}
+	return views, next, nil
+}
+
+// PlanTasks lists a plan's tasks in plan order.
+func (c *Coordinator) PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) ([]TaskView, string, error) {
+	if !plan.ValidID(planID) {
+		return nil, "", wrapf(ErrInvalid, "plan id %s is not a plan id", task.Quote(planID))
+	}
+	if f.Status != "" && !f.Status.Valid() {
+		return nil, "", wrapf(ErrInvalid, "status %s is not a task status", task.Quote(string(f.Status)))
+	}
+	if err := checkLimit(&f.Limit); err != nil {
+		return nil, "", err
+	}
+	if f.Orphaned {
+		f.OrphanAfter, f.Now = c.cfg.Lease, c.now()
+	}
+	ts, next, err := c.store.PlanTasks(ctx, planID, f)
+	if err != nil {
+		return nil, "", translate(err, "plan "+planID)
+	}
+	views := make([]TaskView, 0, len(ts))
+	for _, t := range ts {
+		v := c.taskView(t, nil)
+		if f.Orphaned && !v.Orphaned {
+			continue
+		}
+		views = append(views, v)
+	}
+	return views, next, nil
+}
+
+func checkLimit(limit *int) error {
+	switch {
+	case *limit == 0:
+		*limit = plan.LimitDefault
+	case *limit < 0 || *limit > plan.LimitMax:
+		return wrapf(ErrInvalid, "limit %d out of range 1..%d", *limit, plan.LimitMax)
+	}
+	return nil
+}
+
+// StartPlan starts a CREATED plan on this instance.
+func (c *Coordinator) StartPlan(ctx context.Context, planID, reason string, a Actor) (PlanView, error) {
+	p, items, stages, err := c.planForRun(ctx, planID, reason, plan.StatusCreated)
+	if err != nil {
+		return PlanView{}, err
+	}
+	if err := p.Start(c.now(), c.cfg.Instance); err != nil {
+		return PlanView{}, c.planConflict(err, p)
+	}
+	if err := c.store.UpdatePlan(ctx, p, plan.StatusCreated); err != nil {
+		return PlanView{}, c.planConflict(err, p)
+	}
+	c.logPlanAction(p, "plan started", reason, a)
+	c.startPlanRun(p, stages, items)
+	return c.Plan(ctx, planID)
+}
+
+// ResumeOptions say what a plan resume takes on.
+type ResumeOptions struct {
+	Reason string
+	// IncludeOrphaned also takes over the plan's orphaned RUNNING tasks
+	// (their owner died) from their checkpoints.
+	IncludeOrphaned bool
+}
+
+// ResumePlan resumes a PAUSED plan (or takes over a RUNNING one whose
+// owner is gone) on this instance: its PENDING tasks start, its PAUSED tasks
+// resume from their checkpoints, and with IncludeOrphaned its orphaned
+// tasks are taken over.
+func (c *Coordinator) ResumePlan(ctx context.Context, planID string, o ResumeOptions, a Actor) (PlanView, error) {
+	if c.closing.Load() {
+		return PlanView{}, wrapf(ErrShuttingDown, "instance %s is shutting down", c.cfg.Instance)
+	}
+	p, pending, stages, err := c.planForRun(ctx, planID, o.Reason, plan.StatusPaused, plan.StatusRunning)
+	if err != nil {
+		return PlanView{}, err
+	}
+	local := c.localPlan(planID)
+	from := p.Status
+	if err := p.Resume(c.now(), c.cfg.Instance); err != nil {
+		return PlanView{}, c.planConflict(err, p)
+	}
+	if err := c.store.UpdatePlan(ctx, p, from); err != nil {
+		return PlanView{}, c.planConflict(err, p)
+	}
+	items := pending
+	paused, err := c.loadItems(ctx, planID, task.StatusPaused, itemResume)
+	if err != nil {
+		return PlanView{}, translate(err, "plan "+planID)
+	}
+	items = append(items, paused...)
+	if o.IncludeOrphaned {
+		orphans, err := c.loadItems(ctx, planID, task.StatusRunning, itemTakeover)
+		if err != nil {
+			return PlanView{}, translate(err, "plan "+planID)
+		}
+		items = append(items, orphans...)
+	}
+	c.logPlanAction(p, "plan resumed", o.Reason, a)
+	if local != nil {
+		local.enqueue(items)
+		local.apply(plan.StatusRunning, "")
+	} else {
+		c.startPlanRun(p, stages, items)
+	}
+	return c.Plan(ctx, planID)
+}
+
+// PausePlan pauses a RUNNING plan: no new task starts and running tasks
+// pause between two stages (on whichever instance runs them).
+func (c *Coordinator) PausePlan(ctx context.Context, planID, reason string, a Actor) (PlanView, error) {
+	if err := checkReason(reason); err != nil {
+		return PlanView{}, err
+	}
+	p, err := c.loadPlan(ctx, planID)
+	if err != nil {
+		return PlanView{}, err
+	}
+	if err := p.Pause(c.now(), reason); err != nil {
+		return PlanView{}, c.planConflict(err, p)
+	}
+	if err := c.store.UpdatePlan(ctx, p, plan.StatusRunning); err != nil {
+		return PlanView{}, c.planConflict(err, p)
+	}
+	c.logPlanAction(p, "plan paused", reason, a)
+	if pr := c.localPlan(planID); pr != nil {
+		pr.apply(plan.StatusPaused, reason)
+	}
+	return c.Plan(ctx, planID)
+}
+
+// CancelPlan cancels a plan: PENDING and PAUSED tasks are cancelled at once,
+// running ones between two stages.
+func (c *Coordinator) CancelPlan(ctx context.Context, planID, reason string, a Actor) (PlanView, error) {
+	if err := checkReason(reason); err != nil {
+		return PlanView{}, err
+	}
+	p, err := c.loadPlan(ctx, planID)
+	if err != nil {
+		return PlanView{}, err
+	}
+	from := p.Status
+	if err := p.Cancel(c.now(), reason); err != nil {
+		return PlanView{}, c.planConflict(err, p)
+	}
+	if err := c.store.UpdatePlan(ctx, p, from); err != nil {
+		return PlanView{}, c.planConflict(err, p)
+	}
+	c.logPlanAction(p, "plan cancelled", reason, a)
+	if pr := c.localPlan(planID); pr != nil {
+		pr.apply(plan.StatusCancelled, reason)
+	}
+	// Cancel what no instance is running. Running tasks get a request; their
+	// owner honours it between two stages. Each write applies only if the
+	// task is unchanged, so this is safe against the owner starting tasks.
+	why := "plan cancelled: " + reason
+	for _, s := range []task.Status{task.StatusPending, task.StatusPaused, task.StatusRunning} {
+		items, err := c.loadItems(ctx, planID, s, itemStart)
+		if err != nil {
+			return PlanView{}, translate(err, "plan "+planID)
+		}
+		for _, it := range items {
+			ev := a.event(task.EventCancelRequested, c.now(), why)
+			ev.Instance = c.cfg.Instance
+			if s == task.StatusRunning {
+				if r := c.localRun(it.t.ID); r != nil {
+					r.requestCancel(why)
+				}
+				if _, err := c.store.RequestTask(ctx, it.t.TenantID, it.t.ID, task.RequestCancel, ev); err != nil {
+					return PlanView{}, translate(err, "task "+it.t.ID)
+				}
+				continue
+			}
+			if err := c.cancelIdle(ctx, it.t, why, ev); err != nil {
+				return PlanView{}, err
+			}
+		}
+	}
+	return c.Plan(ctx, planID)
+}
+
+func (c *Coordinator) localPlan(planID string) *planRun {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.plans[planID]
+}
+
+func (c *Coordinator) loadPlan(ctx context.Context, planID string) (*plan.Plan, error) {
+	if !plan.ValidID(planID) {
+		return nil, wrapf(ErrInvalid, "plan id %s is not a plan id", task.Quote(planID))
+	}
+	p, _, err := c.store.Plan(ctx, planID)
+	if err != nil {
+		return nil, translate(err, "plan "+planID)
+	}
+	return p, nil
+}
+
+// planForRun loads a plan that must be in one of the statuses from, its
+// compiled stages and its PENDING tasks as start items.
+func (c *Coordinator) planForRun(ctx context.Context, planID, reason string, from ...plan.Status) (*plan.Plan, []planItem, []stage.Runnable, error) {
+	if err := checkReason(reason); err != nil {
+		return nil, nil, nil, err
+	}
+	p, err := c.loadPlan(ctx, planID)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if !slices.Contains(from, p.Status) {
+		return nil, nil, nil, c.planConflict(&plan.TransitionError{PlanID: p.ID, From: p.Status, To: plan.StatusRunning}, p)
+	}
+	stages, err := c.compile(p)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	items, err := c.loadItems(ctx, planID, task.StatusPending, itemStart)
+	if err != nil {
+		return nil, nil, nil, translate(err, "plan "+planID)
+	}
+	return p, items, stages, nil
+}
+
+// planConflict turns a refused plan move into ErrPlanFinished or
+// ErrInvalidState with a useful detail.
+func (c *Coordinator) planConflict(err error, p *plan.Plan) error {
+	var te *plan.TransitionError
+	if errors.As(err, &te) {
+		if te.From.Finished() {
+			return wrapf(ErrPlanFinished, "plan %s is %s", p.ID, te.From)
+		}
+		return wrapf(ErrInvalidState, "plan %s is %s: cannot move it to %s", p.ID, te.From, te.To)
+	}
+	return translate(err, fmt.Sprintf("plan %s", p.ID))
+}
+
+func (c *Coordinator) logPlanAction(p *plan.Plan, msg, reason string, a Actor) {
+	c.log.Info().Str("plan_id", p.ID).Str("status", string(p.Status)).Str("actor", a.Name).Str("role", a.Role).
+		Str("request_id", a.RequestID).Str("reason", reason).Msg(msg)
+}
+
+// Shutdown stops taking work and lets running stages finish until ctx ends
+// (the grace period). Tasks then still running are interrupted and left
+// PAUSED with reason "instance shutdown", their locks released, and plans
+// this instance was running are paused, so a person can resume them on any
+// instance. Nothing restarts by itself.
+func (c *Coordinator) Shutdown(ctx context.Context) error {
+	c.mu.Lock()
+	c.closing.Store(true)
+	plans := make([]*planRun, 0, len(c.plans))
+	for _, pr := range c.plans {
+		plans = append(plans, pr)
+	}
+	c.mu.Unlock()
+	for _, pr := range plans {
+		pr.stop()
+	}
+	done := make(chan struct{})
+	go func() { c.runs.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("facade: shutdown grace period over; interrupting running stages: %w", ctx.Err())
+		c.cancelHardStop()
+		<-done
+	}
+	c.cancelHardStop()
+	for _, pr := range plans {
+		<-pr.done
+		c.pauseOnShutdown(pr.p.ID)
+	}
+	c.log.Info().Msg("coordinator stopped")
+	return err
+}
+
+// pauseOnShutdown pauses a plan this instance ran, if it is still RUNNING
+// and ours, so it does not look alive without a runner.
+func (c *Coordinator) pauseOnShutdown(planID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
+	defer cancel()
+	p, _, err := c.store.Plan(ctx, planID)
+	if err != nil || p.Status != plan.StatusRunning || p.Owner != c.cfg.Instance {
+		return
+	}
+	if err := p.Pause(c.now(), ReasonShutdown); err != nil {
+		return
+	}
+	if err := c.store.UpdatePlan(ctx, p, plan.StatusRunning); err != nil {
+		c.log.Warn().Err(err).Str("plan_id", planID).Msg("pause plan on shutdown")
+	}
+}

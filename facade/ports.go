@@ -1,0 +1,81 @@
+package facade
+
+import (
+	"context"
+	"time"
+
+	"github.com/deploycoord/deploycoord/checkpoint"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+	"github.com/deploycoord/deploycoord/tenantlock"
+)
+
+// Store is the storage the coordinator needs. The repository package provides
+// a Redis store, a memory store and the double-writing store that combines
+// them. Errors other than the ones listed are storage failures; an error
+// from an unreachable backend has a method Unavailable() bool that returns
+// true (see IsUnavailable).
+type Store interface {
+	// CreatePlan stores a new plan and its PENDING tasks: records, the plan's
+	// task list and counts, the tenants' index and history entries. Writes
+	// are pipelined in batches.
+	CreatePlan(ctx context.Context, p *plan.Plan, tasks []*task.Task) error
+	// UpdatePlan writes p's status, reason, owner and times if the stored
+	// status is one of from. Returns plan.ErrNotFound, or a
+	// *plan.TransitionError naming the stored status when it is not in from.
+	UpdatePlan(ctx context.Context, p *plan.Plan, from ...plan.Status) error
+	// Plan returns a plan and its task counts in one round trip, whatever
+	// the plan's size. Returns plan.ErrNotFound.
+	Plan(ctx context.Context, planID string) (*plan.Plan, plan.Counts, error)
+	// Plans lists plans, newest first, and the cursor of the next page ("" at the end).
+	Plans(ctx context.Context, f plan.ListFilter) ([]*plan.Plan, string, error)
+	// PlanTasks lists a plan's tasks in plan order, and the cursor of the
+	// next page ("" at the end). A page may hold fewer than f.Limit tasks
+	// when a filter is set. Returns plan.ErrNotFound.
+	PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) ([]*task.Task, string, error)
+	// RepairCounts recomputes a plan's counts from its task records.
+	RepairCounts(ctx context.Context, planID string) (plan.Counts, error)
+
+	// WriteTask applies w atomically (one round trip). Returns a
+	// *task.RefusedError (errors.Is task.ErrWriteRefused) when the guard,
+	// fence or sequence check fails; nothing is written then.
+	WriteTask(ctx context.Context, w task.Write) (task.WriteResult, error)
+	// RequestTask stores a cooperative request on a task (and appends ev to
+	// its timeline) without the tenant lock, and returns the task as stored.
+	// Pause and cancel requests are stored only on RUNNING tasks; otherwise
+	// the task is returned unchanged. Returns task.ErrNotFound.
+	RequestTask(ctx context.Context, tenantID, taskID string, r task.Request, ev task.Event) (*task.Task, error)
+	// Beat refreshes a running task's heartbeat if g still holds its tenant
+	// lock. Returns a *task.RefusedError otherwise.
+	Beat(ctx context.Context, tenantID, taskID string, g task.Guard, now time.Time) error
+
+	// TaskByTenant returns the tenant's current task and its checkpoint (nil
+	// if none) in at most two round trips. Returns task.ErrNotFound.
+	TaskByTenant(ctx context.Context, tenantID string) (*task.Task, *checkpoint.Checkpoint, error)
+	// Task returns a task by id and its checkpoint (nil if none). Returns
+	// task.ErrNotFound.
+	Task(ctx context.Context, taskID string) (*task.Task, *checkpoint.Checkpoint, error)
+	// TenantHistory returns up to limit of the tenant's tasks, newest first.
+	TenantHistory(ctx context.Context, tenantID string, limit int) ([]*task.Task, error)
+	// Timeline returns up to limit of the newest timeline entries of a task,
+	// oldest first. Returns task.ErrNotFound.
+	Timeline(ctx context.Context, tenantID, taskID string, limit int) ([]task.Event, error)
+}
+
+// Locker takes and inspects tenant locks (package tenantlock). One lock per
+// tenant; a Lease renews itself until it is released or lost.
+type Locker interface {
+	// Acquire takes the tenant's lock for holder, with a new fencing token.
+	// Returns a *tenantlock.LockedError (errors.Is tenantlock.ErrLocked)
+	// naming the holder when the lock is held.
+	Acquire(ctx context.Context, tenantID string, holder tenantlock.Holder) (*tenantlock.Lease, error)
+	// View returns who holds the tenant's lock, for how long, with which fence.
+	View(ctx context.Context, tenantID string) (tenantlock.Info, error)
+	// ForceRelease deletes the tenant's lock if its fence is still
+	// expectedFence (break-glass). Returns tenantlock.ErrNotHeld, or a
+	// *tenantlock.MismatchError (errors.Is tenantlock.ErrFenceMismatch).
+	ForceRelease(ctx context.Context, tenantID string, expectedFence int64) (tenantlock.Info, error)
+}
+
+// Clock returns the current time. Tests inject their own.
+type Clock func() time.Time
