@@ -1,0 +1,155 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/deploycoord/deploycoord/facade"
+)
+
+// Stable error codes of problem answers (API.md). Clients branch on these,
+// never on the detail text.
+const (
+	CodeInvalidArgument      = "INVALID_ARGUMENT"
+	CodeUnauthenticated      = "UNAUTHENTICATED"
+	CodePermissionDenied     = "PERMISSION_DENIED"
+	CodeNotFound             = "NOT_FOUND"
+	CodeMethodNotAllowed     = "METHOD_NOT_ALLOWED"
+	CodeTaskRunning          = "TASK_RUNNING"
+	CodeTaskCompleted        = "TASK_COMPLETED"
+	CodeTaskPending          = "TASK_PENDING"
+	CodeAttemptMismatch      = "ATTEMPT_MISMATCH"
+	CodePlanFinished         = "PLAN_FINISHED"
+	CodeInvalidState         = "INVALID_STATE"
+	CodeLockMismatch         = "LOCK_MISMATCH"
+	CodeTenantLocked         = "TENANT_LOCKED"
+	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
+	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
+	CodeUnavailable          = "UNAVAILABLE"
+	CodeInternal             = "INTERNAL"
+)
+
+// errorTable is the one mapping of facade errors to HTTP statuses and codes.
+// The facade guarantees an error matches at most one sentinel; the first
+// match wins.
+var errorTable = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{facade.ErrInvalid, http.StatusBadRequest, CodeInvalidArgument},
+	{facade.ErrNotFound, http.StatusNotFound, CodeNotFound},
+	{facade.ErrTaskRunning, http.StatusConflict, CodeTaskRunning},
+	{facade.ErrTaskCompleted, http.StatusConflict, CodeTaskCompleted},
+	{facade.ErrTaskPending, http.StatusConflict, CodeTaskPending},
+	{facade.ErrAttemptMismatch, http.StatusConflict, CodeAttemptMismatch},
+	{facade.ErrPlanFinished, http.StatusConflict, CodePlanFinished},
+	{facade.ErrInvalidState, http.StatusConflict, CodeInvalidState},
+	{facade.ErrLockMismatch, http.StatusConflict, CodeLockMismatch},
+	{facade.ErrTenantLocked, http.StatusConflict, CodeTenantLocked},
+	{facade.ErrUnavailable, http.StatusServiceUnavailable, CodeUnavailable},
+	{facade.ErrShuttingDown, http.StatusServiceUnavailable, CodeUnavailable},
+}
+
+// statusClientClosed is logged (and written, to nobody) when the client went
+// away before the answer was ready (nginx's convention).
+const statusClientClosed = 499
+
+// maxDetailLen bounds the detail of a problem answer, in bytes.
+const maxDetailLen = 2000
+
+// Problem is an error answer (RFC 9457, media type application/problem+json).
+type Problem struct {
+	// Type is always "about:blank": Title is the status text.
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	// Code is the stable error code (the Code* constants).
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+	// RequestID is the request's id (also in the X-Request-Id header).
+	RequestID string `json:"requestId,omitempty"`
+}
+
+// inputError is a request the API itself refuses before calling the service.
+type inputError struct {
+	status int
+	code   string
+	detail string
+}
+
+func (e *inputError) Error() string { return e.detail }
+
+func badRequest(detail string) error {
+	return &inputError{status: http.StatusBadRequest, code: CodeInvalidArgument, detail: detail}
+}
+
+// WriteProblem writes a problem answer with status, code and detail; for
+// middlewares plugged in through Config.Middlewares (auth, rate limits), so
+// every error of the API has the same shape. A HEAD request gets the headers
+// only.
+func WriteProblem(w http.ResponseWriter, r *http.Request, status int, code, detail string) {
+	if len(detail) > maxDetailLen {
+		detail = detail[:maxDetailLen] + "…"
+	}
+	p := Problem{
+		Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code,
+		Detail: strings.ToValidUTF8(detail, string(utf8.RuneError)), RequestID: RequestID(r.Context()),
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Del("Content-Length")
+	w.WriteHeader(status)
+	if r.Method == http.MethodHead {
+		return
+	}
+	b, _ := json.Marshal(p) // cannot fail: strings and an int
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// classify returns the status, code and detail answering err. Unknown errors
+// get a generic detail; known is false for them so the caller logs them.
+func classify(err error) (status int, code, detail string, known bool) {
+	var in *inputError
+	if errors.As(err, &in) {
+		return in.status, in.code, in.detail, true
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return http.StatusRequestEntityTooLarge, CodePayloadTooLarge, tooLargeDetail(tooBig.Limit), true
+	}
+	for _, e := range errorTable {
+		if errors.Is(err, e.err) {
+			return e.status, e.code, err.Error(), true
+		}
+	}
+	if facade.IsUnavailable(err) {
+		return http.StatusServiceUnavailable, CodeUnavailable, "storage unavailable", true
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusServiceUnavailable, CodeUnavailable, "the request timed out", true
+	}
+	return http.StatusInternalServerError, CodeInternal, "internal error; the server logged it under the request id", false
+}
+
+// writeError answers err: a problem per the error table, nothing when the
+// client is gone, 500 INTERNAL (logged once, with the request id) for an
+// error nobody expected.
+func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		a.log.Debug().Str("request_id", RequestID(r.Context())).Err(err).Msg("client went away")
+		w.WriteHeader(statusClientClosed)
+		return
+	}
+	status, code, detail, known := classify(err)
+	if !known {
+		a.log.Error().Str("request_id", RequestID(r.Context())).Str("method", r.Method).
+			Str("route", routePattern(r)).Err(err).Msg("request failed")
+	}
+	WriteProblem(w, r, status, code, detail)
+}

@@ -1,0 +1,231 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/deploycoord/deploycoord/facade"
+)
+
+// Defaults of Config and ServerConfig.
+const (
+	// MaxBodyBytesDefault bounds a plan creation body: plans may list
+	// 100 000 tenants with their params.
+	MaxBodyBytesDefault = 16 << 20
+	// MaxSmallBodyBytesDefault bounds every other request body.
+	MaxSmallBodyBytesDefault = 64 << 10
+	// statusBodyBytes is the least a POST /v1/tenants:status body may hold:
+	// MaxStatusTenants quoted tenant ids of the longest length.
+	statusBodyBytes = 256 << 10
+	// MaxStatusTenants is the most tenant ids one POST /v1/tenants:status
+	// accepts.
+	MaxStatusTenants = 1000
+	// statusConcurrency bounds the lookups of one POST /v1/tenants:status.
+	statusConcurrency = 16
+	// readyTimeout bounds one /readyz check.
+	readyTimeout = 5 * time.Second
+
+	// ReadHeaderTimeoutDefault bounds reading a request's headers.
+	ReadHeaderTimeoutDefault = 10 * time.Second
+	// ReadTimeoutDefault bounds reading a whole request (a 16 MiB plan).
+	ReadTimeoutDefault = 60 * time.Second
+	// WriteTimeoutDefault bounds serving a request; it must exceed the
+	// longest long-poll wait of the event feed.
+	WriteTimeoutDefault = 60 * time.Second
+	// IdleTimeoutDefault bounds an idle keep-alive connection.
+	IdleTimeoutDefault = 120 * time.Second
+	// MaxHeaderBytesDefault bounds a request's headers.
+	MaxHeaderBytesDefault = 64 << 10
+)
+
+// HeaderDegraded is set to "true" on answers that came from memory because
+// Redis was unreachable.
+const HeaderDegraded = "X-Deploycoord-Degraded"
+
+// Config configures the HTTP API. Zero fields mean the default.
+type Config struct {
+	// Logger receives the access log and errors (zerolog.Nop()).
+	Logger *zerolog.Logger
+	// MaxBodyBytes bounds a POST /v1/plans body (MaxBodyBytesDefault).
+	MaxBodyBytes int64
+	// MaxSmallBodyBytes bounds every other body (MaxSmallBodyBytesDefault;
+	// POST /v1/tenants:status accepts at least 256 KiB, enough for
+	// MaxStatusTenants ids).
+	MaxSmallBodyBytes int64
+	// Ready reports whether the instance can serve (Redis reachable); nil
+	// means always ready. GET /readyz answers 503 when it returns an error.
+	Ready func(ctx context.Context) error
+	// Version is reported by GET /healthz.
+	Version string
+	// Middlewares wrap every /v1 route, outermost first, after the request
+	// id and access log and before path validation: auth, metrics and rate
+	// limits plug in here. They may answer with WriteProblem.
+	Middlewares []func(http.Handler) http.Handler
+	// ActorFunc says who makes a request, for the audit trail (default:
+	// "anonymous" with role "operator", the request id and the remote
+	// address). A RequestID it leaves empty is filled in.
+	ActorFunc func(*http.Request) facade.Actor
+}
+
+type api struct {
+	svc Service
+	cfg Config
+	log zerolog.Logger
+}
+
+// New returns the HTTP API serving svc: every route of API.md under /v1,
+// plus /healthz, /readyz and /openapi.yaml.
+func New(svc Service, cfg Config) http.Handler {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = MaxBodyBytesDefault
+	}
+	if cfg.MaxSmallBodyBytes <= 0 {
+		cfg.MaxSmallBodyBytes = MaxSmallBodyBytesDefault
+	}
+	if cfg.ActorFunc == nil {
+		cfg.ActorFunc = defaultActor
+	}
+	log := zerolog.Nop()
+	if cfg.Logger != nil {
+		log = *cfg.Logger
+	}
+	a := &api{svc: svc, cfg: cfg, log: log.With().Str("component", "httpapi").Logger()}
+	return a.routes()
+}
+
+func defaultActor(r *http.Request) facade.Actor {
+	return facade.Actor{Name: "anonymous", Role: "operator", RequestID: RequestID(r.Context()), Addr: r.RemoteAddr}
+}
+
+func (a *api) actor(r *http.Request) facade.Actor {
+	act := a.cfg.ActorFunc(r)
+	if act.RequestID == "" {
+		act.RequestID = RequestID(r.Context())
+	}
+	return act
+}
+
+func (a *api) routes() *chi.Mux {
+	r := chi.NewRouter()
+	r.Use(withRequestID, a.accessLog, securityHeaders)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		WriteProblem(w, r, http.StatusNotFound, CodeNotFound, "no such route")
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		w.Header().Set("Allow", strings.Join(allowed(r, req), ", "))
+		WriteProblem(w, req, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method "+req.Method+" is not allowed here")
+	})
+
+	r.Get("/healthz", a.healthz)
+	r.Get("/readyz", a.readyz)
+	r.Get("/openapi.yaml", serveOpenAPI)
+
+	r.Group(func(r chi.Router) {
+		r.Use(a.cfg.Middlewares...)
+
+		r.Post("/v1/plans", a.createPlan)
+		r.Get("/v1/plans", a.listPlans)
+		r.With(validPlan).Get("/v1/plans/{planId}", a.getPlan)
+		r.With(validPlan).Get("/v1/plans/{planId}/tasks", a.planTasks)
+		r.With(validPlan).Post("/v1/plans/{planId}/start", a.startPlan)
+		r.With(validPlan).Post("/v1/plans/{planId}/pause", a.pausePlan)
+		r.With(validPlan).Post("/v1/plans/{planId}/resume", a.resumePlan)
+		r.With(validPlan).Post("/v1/plans/{planId}/cancel", a.cancelPlan)
+
+		r.Post("/v1/tenants:status", a.tenantsStatus)
+		r.Group(func(r chi.Router) {
+			r.Use(validTenant)
+			r.Get("/v1/tenants/{tenantId}/task", a.tenantTask)
+			r.Get("/v1/tenants/{tenantId}/checkpoint", a.getCheckpoint)
+			r.Head("/v1/tenants/{tenantId}/checkpoint", a.headCheckpoint)
+			r.Get("/v1/tenants/{tenantId}/history", a.history)
+			r.Get("/v1/tenants/{tenantId}/timeline", a.timeline)
+			r.Post("/v1/tenants/{tenantId}/retry", a.retry)
+			r.Post("/v1/tenants/{tenantId}/pause", a.pauseTask)
+			r.Post("/v1/tenants/{tenantId}/resume", a.resumeTask)
+			r.Post("/v1/tenants/{tenantId}/cancel", a.cancelTask)
+			r.Get("/v1/tenants/{tenantId}/lock", a.getLock)
+			r.Delete("/v1/tenants/{tenantId}/lock", a.releaseLock)
+		})
+
+		r.With(validTask).Get("/v1/tasks/{taskId}", a.getTask)
+	})
+	return r
+}
+
+// allowed lists the methods routed for the request's path.
+func allowed(mux *chi.Mux, r *http.Request) []string {
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if mux.Match(chi.NewRouteContext(), m, path) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// writeJSON answers v with status; degraded sets the degraded header.
+func (a *api) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any, degraded bool) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if degraded {
+		w.Header().Set(HeaderDegraded, "true")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// ServerConfig holds the timeouts of the http.Server made by NewServer.
+// Zero fields mean the default.
+type ServerConfig struct {
+	// ReadHeaderTimeout bounds reading a request's headers
+	// (ReadHeaderTimeoutDefault).
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, body included
+	// (ReadTimeoutDefault).
+	ReadTimeout time.Duration
+	// WriteTimeout bounds a request from the end of its headers to the end
+	// of the answer (WriteTimeoutDefault).
+	WriteTimeout time.Duration
+	// IdleTimeout bounds an idle keep-alive connection (IdleTimeoutDefault).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers (MaxHeaderBytesDefault).
+	MaxHeaderBytes int
+}
+
+// NewServer returns an http.Server serving h on addr with cfg's timeouts;
+// the caller runs and shuts it down.
+func NewServer(addr string, h http.Handler, cfg ServerConfig) *http.Server {
+	or := func(d, def time.Duration) time.Duration {
+		if d <= 0 {
+			return def
+		}
+		return d
+	}
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = MaxHeaderBytesDefault
+	}
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: or(cfg.ReadHeaderTimeout, ReadHeaderTimeoutDefault),
+		ReadTimeout:       or(cfg.ReadTimeout, ReadTimeoutDefault),
+		WriteTimeout:      or(cfg.WriteTimeout, WriteTimeoutDefault),
+		IdleTimeout:       or(cfg.IdleTimeout, IdleTimeoutDefault),
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+	}
+}
