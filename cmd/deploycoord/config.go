@@ -1,0 +1,201 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the server's configuration. Every field has an environment
+// variable DEPLOYCOORD_* and an equivalent flag; a flag wins over the
+// environment, which wins over the default.
+type Config struct {
+	Listen          string
+	RedisURL        string
+	InstanceID      string
+	KeyPrefix       string
+	LockLease       time.Duration
+	Pipelines       string
+	InlineKinds     []string
+	InlineHTTPHosts []string
+	AllowExec       bool
+	LogLevel        string
+	LogFormat       string
+	TTL             time.Duration
+	ShutdownGrace   time.Duration
+	MaxTenants      int
+	MaxBodyBytes    int64
+}
+
+// setting is one configuration entry: its flag name, environment variable,
+// default and help, and how it is parsed into the Config.
+type setting struct {
+	flag, env, def, help string
+	set                  func(c *Config, v string) error
+}
+
+func settings() []setting {
+	return []setting{
+		{"listen", "DEPLOYCOORD_LISTEN", "127.0.0.1:8080", "address the HTTP API listens on",
+			func(c *Config, v string) error { c.Listen = v; return nil }},
+		{"redis-url", "DEPLOYCOORD_REDIS_URL", "", "Redis URL (redis://host:6379/0); empty runs an embedded in-process Redis whose state is lost on exit",
+			func(c *Config, v string) error { c.RedisURL = v; return nil }},
+		{"instance-id", "DEPLOYCOORD_INSTANCE_ID", "", "this instance's id (default <hostname>-<pid>)",
+			func(c *Config, v string) error { c.InstanceID = v; return nil }},
+		{"key-prefix", "DEPLOYCOORD_KEY_PREFIX", "executor:", "prefix of every Redis key",
+			func(c *Config, v string) error { c.KeyPrefix = v; return nil }},
+		{"lock-lease", "DEPLOYCOORD_LOCK_LEASE", "60s", "tenant lock lease; a task whose owner is silent this long is orphaned",
+			durationSetter(func(c *Config) *time.Duration { return &c.LockLease })},
+		{"pipelines", "DEPLOYCOORD_PIPELINES", "", "YAML file of operator-defined pipelines",
+			func(c *Config, v string) error { c.Pipelines = v; return nil }},
+		{"inline-kinds", "DEPLOYCOORD_INLINE_KINDS", "noop,sleep,http", "stage kinds a plan may use inline (comma-separated)",
+			func(c *Config, v string) error { c.InlineKinds = splitList(v); return nil }},
+		{"inline-http-hosts", "DEPLOYCOORD_INLINE_HTTP_HOSTS", "", "hosts (host or host:port) inline http stages may call (comma-separated)",
+			func(c *Config, v string) error { c.InlineHTTPHosts = splitList(v); return nil }},
+		{"allow-exec", "DEPLOYCOORD_ALLOW_EXEC", "false", "enable the exec stage kind in operator-defined pipelines",
+			func(c *Config, v string) error {
+				b, err := strconv.ParseBool(v)
+				c.AllowExec = b
+				return err
+			}},
+		{"log-level", "DEPLOYCOORD_LOG_LEVEL", "info", "debug, info, warn or error",
+			func(c *Config, v string) error { c.LogLevel = v; return nil }},
+		{"log-format", "DEPLOYCOORD_LOG_FORMAT", "json", "json or console",
+			func(c *Config, v string) error { c.LogFormat = v; return nil }},
+		{"ttl", "DEPLOYCOORD_TTL", "168h", "how long plans, tasks and checkpoints stay in Redis",
+			durationSetter(func(c *Config) *time.Duration { return &c.TTL })},
+		{"shutdown-grace", "DEPLOYCOORD_SHUTDOWN_GRACE", "30s", "how long running stages may finish after SIGTERM",
+			durationSetter(func(c *Config) *time.Duration { return &c.ShutdownGrace })},
+		{"max-tenants", "DEPLOYCOORD_MAX_TENANTS", "100000", "most tenants in one plan",
+			func(c *Config, v string) error {
+				n, err := strconv.Atoi(v)
+				c.MaxTenants = n
+				return err
+			}},
+		{"max-body-bytes", "DEPLOYCOORD_MAX_BODY_BYTES", "16777216", "largest plan creation request body",
+			func(c *Config, v string) error {
+				n, err := strconv.ParseInt(v, 10, 64)
+				c.MaxBodyBytes = n
+				return err
+			}},
+	}
+}
+
+func durationSetter(field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		*field(c) = d
+		return err
+	}
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ParseConfig reads the configuration from args and the environment getenv.
+func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet("deploycoord", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	values := map[string]*string{}
+	for _, s := range settings() {
+		def := s.def
+		if v, ok := lookup(getenv, s.env); ok {
+			def = v
+		}
+		values[s.flag] = fs.String(s.flag, def, fmt.Sprintf("%s (env %s)", s.help, s.env))
+	}
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: deploycoord [flags]\n\nEvery flag has an environment variable; a flag wins over the environment.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	var errs []error
+	for _, s := range settings() {
+		if err := s.set(&c, *values[s.flag]); err != nil {
+			errs = append(errs, fmt.Errorf("%s / -%s: %w", s.env, s.flag, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	if c.InstanceID == "" {
+		host, _ := os.Hostname()
+		c.InstanceID = sanitizeID(fmt.Sprintf("%s-%d", host, os.Getpid()))
+	}
+	return c, c.validate()
+}
+
+func lookup(getenv func(string) string, key string) (string, bool) {
+	v := getenv(key)
+	return v, v != ""
+}
+
+// sanitizeID maps a host name to the instance id alphabet.
+func sanitizeID(s string) string {
+	b := []byte(s)
+	for i, ch := range b {
+		ok := ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '.' || ch == '_' || ch == '-'
+		if !ok {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 128 {
+		b = b[len(b)-128:]
+	}
+	if len(b) == 0 || !(b[0] >= 'a' && b[0] <= 'z' || b[0] >= 'A' && b[0] <= 'Z' || b[0] >= '0' && b[0] <= '9') {
+		b = append([]byte("i"), b...)
+	}
+	return string(b)
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("DEPLOYCOORD_LISTEN %q: %w", c.Listen, err))
+	}
+	if c.LockLease < time.Second {
+		errs = append(errs, fmt.Errorf("DEPLOYCOORD_LOCK_LEASE %s: at least 1s", c.LockLease))
+	}
+	if c.TTL < time.Hour {
+		errs = append(errs, fmt.Errorf("DEPLOYCOORD_TTL %s: at least 1h", c.TTL))
+	}
+	if c.ShutdownGrace < 0 {
+		errs = append(errs, fmt.Errorf("DEPLOYCOORD_SHUTDOWN_GRACE %s: must not be negative", c.ShutdownGrace))
+	}
+	if c.MaxTenants < 1 {
+		errs = append(errs, fmt.Errorf("DEPLOYCOORD_MAX_TENANTS %d: at least 1", c.MaxTenants))
+	}
+	if c.MaxBodyBytes < 1024 {
+		errs = append(errs, fmt.Errorf("DEPLOYCOORD_MAX_BODY_BYTES %d: at least 1024", c.MaxBodyBytes))
+	}
+	switch c.LogFormat {
+	case "json", "console":
+	default:
+		errs = append(errs, fmt.Errorf("DEPLOYCOORD_LOG_FORMAT %q: json or console", c.LogFormat))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("DEPLOYCOORD_LOG_LEVEL %q: debug, info, warn or error", c.LogLevel))
+	}
+	return errors.Join(errs...)
+}
