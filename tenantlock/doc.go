@@ -19,9 +19,11 @@
 //
 //	Acquire ──SET NX PX + INCR fence (one script)──► Lease ──renewer: PEXPIRE if value is ours,
 //	   │                                              │      every RenewEvery (default Lease/3)
-//	   └─ held ─► *LockedError (holder, TTL, fence)   ├─ refused ─────────────► lost at once
+//	   └─ held ─► *LockedError (holder, TTL, fence)   ├─ refused ─────────────► lost at once, Refused (final)
 //	                                                  ├─ failed / timed out ──► retry every RenewEvery/4
 //	                                                  │                          until the deadline, then lost
+//	                                                  │                          (not Refused: Reacquire may
+//	                                                  │                          get it back)
 //	                                                  ├─ Release ─► stop renewer, compare-and-delete
 //	                                                  └─ Forget ──► stop renewer (last fenced write deleted the lock)
 //
@@ -40,6 +42,41 @@
 // WithSetNXOnExtend is never used: it re-creates a lock that expired, which
 // would resurrect a lease that another instance may have taken and released
 // meanwhile, behind the back of the fencing token.
+//
+// # Losing a lease, and taking it back
+//
+// A lease is lost in one of two ways, and Err, Check and Refused tell them
+// apart (the coordinator's decision at a stage boundary, DESIGN §5):
+//
+//   - Refused: an extension was refused — the lock was deleted
+//     (force-released) or holds another value. Err is a *RefusedError,
+//     matching ErrLeaseRefused and ErrLeaseLost. The lease is gone for good;
+//     the holder stops.
+//   - Lapsed: the deadline passed with no extension confirmed, because Redis
+//     did not answer (or answered with errors). Err matches ErrLeaseLost
+//     only. Another instance may or may not have taken the tenant; the
+//     holder waits for Redis and calls Locker.Reacquire.
+//
+// Confirmed is when Redis last confirmed the lease (acquisition or
+// extension), for the coordinator's "suspect after a Redis restart" rule.
+//
+// Reacquire runs scripts/reacquire_lock.lua: if the lock still holds the
+// lease's value, PEXPIRE it; if it is free and the fence counter still
+// equals the lease's token, SET it again with the same value; else refuse.
+// Only an acquirer moves the counter, so an unchanged counter proves that no
+// other holder took the tenant (and wrote with a newer token) meanwhile; the
+// writes the holder kept in memory then pass the fenced script with the
+// same value and fence. On success it returns a new Lease (same value and
+// fence, its own renewer) and retires the old one, whose Release and Forget
+// then do nothing. It refuses without a round trip a lease whose extension
+// was refused: a lock that was force-released is free with an unchanged
+// counter, and must not come back.
+//
+// One case remains: a force-release while this instance cannot reach Redis
+// leaves its lease lapsed, not refused, and Reacquire later finds the lock
+// free with the counter unchanged and takes it back. Mutual exclusion still
+// holds (whoever acquired meanwhile moved the counter), but the operator's
+// release is undone; ForceRelease moving the counter would close this.
 //
 // # Fencing tokens
 //
@@ -76,6 +113,25 @@
 // outlive the lease. The package cannot check this setting; every client
 // given to New must have it (redistest.NewClient does).
 //
-// The Lease talks to its lock through a small backend interface, so that a
-// single-instance mode can later back it with in-process locks.
+// # Single-instance mode
+//
+// NewLocal makes a Locker whose locks live in an in-process table (the
+// seed's rule for DEPLOYCOORD_SINGLE_INSTANCE=true: keep executing in memory
+// when Redis is unreachable). The Lease talks to its lock through a small
+// backend interface, Redis (redsyncBackend) or the table (localBackend), so
+// the API and the semantics are the same: a holder value in the same JSON
+// form, the same lease, renewal and deadline (an extension is refused only
+// after a force-release or an expiry), Reacquire, View and ForceRelease on
+// the table, fences strictly increasing per tenant and never below
+// Clock().UnixMilli() — so they stay above every token a Redis-backed
+// instance handed out before, and a Redis-backed instance started later
+// hands out larger ones again (the same floor argument as above).
+//
+// No lock key exists in Redis then. The fenced task writes compare the lock
+// value stored in Redis, so a coordinator holding a Local lease (Lease.Local)
+// writes with an empty lock value; the fence and the sequence number are
+// still checked. For the same reason no write can delete an in-process lock,
+// so a Local lease's Forget frees it (if it still holds the lease's value and
+// was not replaced by Reacquire). The ctx arguments are not used by the
+// table: every call is a short critical section.
 package tenantlock

@@ -2,6 +2,7 @@ package tenantlock
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -149,3 +150,15 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// newLocal returns an in-process Locker or fails the test.
+func newLocal(t *testing.T, cfg LocalConfig) *Locker {
+	t.Helper()
+	l, err := NewLocal(cfg)
+	if err != nil {
+		t.Fatalf("NewLocal: %v", err)
+	}
+	return l
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -14,9 +14,10 @@ import (
 var errRefused = errors.New("extension refused")
 
 // backend is what a Lease needs from the store of its lock: Redis through
-// redsync (redsyncBackend), or, in a later single-instance mode, an
-// in-process lock table. Calls are never concurrent: the renewer makes them,
-// and Release after the renewer has exited.
+// redsync (redsyncBackend), or, in single-instance mode, the in-process lock
+// table (localBackend). extend and release are never concurrent: the renewer
+// makes them, and Release after the renewer has exited; forget may run at
+// any time (the local backend locks its table).
 type backend interface {
 	// extend pushes the lock's expiry out by one lease and returns the new
 	// local deadline. It returns an error wrapping errRefused when the lock
@@ -26,6 +27,10 @@ type backend interface {
 	// when the lock is gone and errRefused when it holds another value
 	// (left in place).
 	release(ctx context.Context) error
+	// forget is Forget's part: nothing on Redis (the task's last write
+	// deleted the lock there); the in-process table frees the lock if it
+	// still holds our value, since no Redis write can.
+	forget()
 }
 
 // Lease is one holding of a tenant lock. One goroutine (started by Acquire)
@@ -35,7 +40,9 @@ type backend interface {
 // The lease is lost (Lost closes, Err says why) when Redis refuses an
 // extension — the lock was deleted, expired or taken over — or when the local
 // deadline passes without a confirmed extension. A holder must stop writing
-// then; its fenced writes would be refused anyway.
+// then; its fenced writes would be refused anyway. Refused tells the two
+// apart: a refused lease is gone for good, one that only ran out while Redis
+// did not answer may be taken back by Locker.Reacquire.
 type Lease struct {
 	tenantID   string
 	holder     Holder
@@ -44,16 +51,22 @@ type Lease struct {
 	renewEvery time.Duration
 	backend    backend
 
-	deadline atomic.Pointer[time.Time]
-	lost     chan struct{}
-	err      atomic.Pointer[error]
+	deadline  atomic.Pointer[time.Time]
+	confirmed atomic.Pointer[time.Time]
+	lost      chan struct{}
+	err       atomic.Pointer[error]
 
 	// stop ends renewal; done closes when the renewer has exited.
 	stop     context.CancelFunc
 	stopped  atomic.Bool
 	done     chan struct{}
-	relMu    sync.Mutex // serializes Release calls
+	relMu    sync.Mutex // serializes Release and Reacquire calls
 	released atomic.Bool
+	// deleted is set when Release gave the lock up, replaced when
+	// Locker.Reacquire handed out a new Lease for it: it cannot be
+	// re-acquired then.
+	deleted  atomic.Bool
+	replaced atomic.Bool
 }
 
 func newLease(tenantID string, h Holder, value string, fence int64, until time.Time, renewEvery time.Duration, b backend) *Lease {
@@ -70,6 +83,8 @@ func newLease(tenantID string, h Holder, value string, fence int64, until time.T
 		done:       make(chan struct{}),
 	}
 	l.deadline.Store(&until)
+	now := time.Now()
+	l.confirmed.Store(&now)
 	go l.renew(ctx)
 	return l
 }
@@ -90,6 +105,26 @@ func (l *Lease) Fence() int64 { return l.fence }
 // allowed for): the time of the last confirmed acquisition or extension's
 // request plus the lease, less 1% for clock drift (redsync's Until).
 func (l *Lease) Deadline() time.Time { return *l.deadline.Load() }
+
+// Confirmed returns when the lock's store last confirmed the lease: when
+// the answer to its acquisition, re-acquisition or latest successful
+// extension arrived (local monotonic clock).
+func (l *Lease) Confirmed() time.Time { return *l.confirmed.Load() }
+
+// Local reports whether the lease is an in-process lock of a Locker made by
+// NewLocal (single-instance mode). No lock key exists in Redis then: fenced
+// writes must carry an empty lock value (the fence and sequence checks still
+// apply).
+func (l *Lease) Local() bool {
+	_, ok := l.backend.(*localBackend)
+	return ok
+}
+
+// Refused reports whether the lease was lost because an extension was
+// refused — the lock was deleted (force-released) or holds another value —
+// rather than because its deadline passed without an answer. Err then
+// matches ErrLeaseRefused too. It is false while the lease is not lost.
+func (l *Lease) Refused() bool { return errors.Is(l.Err(), ErrLeaseRefused) }
 
 // Check returns nil while the lease is valid for at least margin more, else
 // an error matching ErrLeaseLost. After Release or Forget it returns an error
@@ -112,7 +147,9 @@ func (l *Lease) Check(margin time.Duration) error {
 // do not close it.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
-// Err returns why the lease was lost (matching ErrLeaseLost), nil before.
+// Err returns why the lease was lost, nil before: an error matching
+// ErrLeaseLost, and also ErrLeaseRefused (a *RefusedError) when an
+// extension was refused.
 func (l *Lease) Err() error {
 	if p := l.err.Load(); p != nil {
 		return *p
@@ -125,7 +162,9 @@ func (l *Lease) Err() error {
 // gone (expired, or deleted by the task's last write), an error matching
 // ErrLeaseLost when the lock holds another holder's value (it is left in
 // place), and a *RedisError when Redis failed; Release may be called again
-// then. Once it returned nil, and after Forget, it does nothing.
+// then. Once it returned nil, after Forget, and after Locker.Reacquire
+// replaced the lease, it does nothing (the new Lease holds the same value:
+// release that one).
 func (l *Lease) Release(ctx context.Context) error {
 	l.halt()
 	l.relMu.Lock()
@@ -142,21 +181,28 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	err := l.backend.release(ctx)
 	if errors.Is(err, errRefused) {
+		l.deleted.Store(true)
 		l.released.Store(true)
 		return fmt.Errorf("tenantlock: release tenant %s: %w: the lock holds another holder's value, left in place", l.tenantID, ErrLeaseLost)
 	}
 	if err != nil {
 		return err
 	}
+	l.deleted.Store(true)
 	l.released.Store(true)
 	return nil
 }
 
 // Forget stops renewal without touching Redis: the task's last write already
-// deleted the lock (task.Write.ReleaseLock).
+// deleted the lock (task.Write.ReleaseLock). A Local lease also frees its
+// in-process lock if it still holds the lease's value, since no Redis write
+// can. Forget is safe to call at any time, more than once, and on a lease
+// that Locker.Reacquire replaced (it does nothing then).
 func (l *Lease) Forget() {
 	l.halt()
-	l.released.Store(true)
+	if !l.released.Swap(true) {
+		l.backend.forget()
+	}
 }
 
 func (l *Lease) halt() {
@@ -209,10 +255,12 @@ func (l *Lease) renew(ctx context.Context) {
 		wait := l.renewEvery
 		switch {
 		case err == nil:
+			now := time.Now()
 			l.deadline.Store(&until)
+			l.confirmed.Store(&now)
 			lastErr = nil
 		case errors.Is(err, errRefused):
-			l.lose(fmt.Errorf("%w: tenant %s: %w", ErrLeaseLost, l.tenantID, err))
+			l.lose(&RefusedError{TenantID: l.tenantID, Fence: l.fence, Reason: err.Error()})
 			return
 		default:
 			// An attempt cut short by the lease's deadline says less than

@@ -22,7 +22,7 @@ func TestLeaseRenewal(t *testing.T) {
 	}
 	tb := &testBundle{client: c, prefix: prefix, cfg: withKeys(Config{}, prefix), locker: l0}
 	l := tb.acquire(t, "acme", holder("task-1"))
-	first := l.Deadline()
+	first, firstConfirmed := l.Deadline(), l.Confirmed()
 
 	time.Sleep(time.Second) // more than three leases
 	if err := l.Check(0); err != nil {
@@ -41,6 +41,10 @@ func TestLeaseRenewal(t *testing.T) {
 	}
 	if !l.Deadline().After(first.Add(500 * time.Millisecond)) {
 		t.Errorf("deadline %s not moved on from %s by renewals", l.Deadline().Format(time.StampMilli), first.Format(time.StampMilli))
+	}
+	if !l.Confirmed().After(firstConfirmed.Add(500 * time.Millisecond)) {
+		t.Errorf("last confirmation %s not moved on from the acquisition's %s by renewals",
+			l.Confirmed().Format(time.StampMilli), firstConfirmed.Format(time.StampMilli))
 	}
 
 	// Without renewal the lock expires within one lease.
@@ -78,11 +82,17 @@ func TestLeaseLost(t *testing.T) {
 					if !lostAt.Before(l.Deadline()) {
 						t.Errorf("lost at %s, not before the deadline %s: the refusal was not noticed", lostAt, l.Deadline())
 					}
-					if !errors.Is(l.Err(), ErrLeaseLost) {
-						t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
+					var re *RefusedError
+					if !errors.Is(l.Err(), ErrLeaseLost) || !errors.Is(l.Err(), ErrLeaseRefused) || !errors.As(l.Err(), &re) {
+						t.Errorf("Err = %v, want a *RefusedError matching ErrLeaseLost and ErrLeaseRefused", l.Err())
+					} else if re.TenantID != "acme" || re.Fence != l.Fence() {
+						t.Errorf("RefusedError names tenant %s, fence %d; want acme, %d", re.TenantID, re.Fence, l.Fence())
 					}
-					if err := l.Check(0); !errors.Is(err, ErrLeaseLost) {
-						t.Errorf("Check after loss = %v, want ErrLeaseLost", err)
+					if !l.Refused() {
+						t.Errorf("Refused = false after a refused extension")
+					}
+					if err := l.Check(0); !errors.Is(err, ErrLeaseLost) || !errors.Is(err, ErrLeaseRefused) {
+						t.Errorf("Check after loss = %v, want ErrLeaseLost and ErrLeaseRefused", err)
 					}
 					waitDone(t, l, time.Second)
 					err := l.Release(context.Background())
@@ -242,6 +252,9 @@ func TestLeaseRedisErrors(t *testing.T) {
 		if err := l.Err(); !errors.Is(err, ErrLeaseLost) || !strings.Contains(err.Error(), "injected failure") {
 			t.Errorf("Err = %v, want ErrLeaseLost naming the last failure", err)
 		}
+		if l.Refused() || errors.Is(l.Err(), ErrLeaseRefused) {
+			t.Errorf("lease lost by its deadline reported as refused: %v", l.Err())
+		}
 	})
 	t.Run("OKRecovered", func(t *testing.T) {
 		t.Parallel()
@@ -254,6 +267,9 @@ func TestLeaseRedisErrors(t *testing.T) {
 		time.Sleep(800 * time.Millisecond)
 		if err := l.Check(0); err != nil {
 			t.Errorf("lease after a short Redis failure: %v", err)
+		}
+		if l.Refused() {
+			t.Errorf("Refused = true for a lease that is not lost")
 		}
 	})
 }
@@ -275,6 +291,7 @@ func TestLeaseStoppedRedis(t *testing.T) {
 	l := tb.acquire(t, "acme", holder("task-1"))
 	time.Sleep(350 * time.Millisecond) // one renewal on a healthy Redis
 
+	stoppedAt := time.Now()
 	srv.Stop()
 	const slack = 500 * time.Millisecond
 	lostAt := waitLost(t, l, 5*time.Second)
@@ -283,6 +300,12 @@ func TestLeaseStoppedRedis(t *testing.T) {
 	}
 	if !errors.Is(l.Err(), ErrLeaseLost) {
 		t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
+	}
+	if l.Refused() || errors.Is(l.Err(), ErrLeaseRefused) {
+		t.Errorf("lease lost while Redis was stopped reported as refused: %v", l.Err())
+	}
+	if c := l.Confirmed(); !c.Before(stoppedAt) {
+		t.Errorf("last confirmation %s after Redis was stopped at %s", c.Format(time.StampMilli), stoppedAt.Format(time.StampMilli))
 	}
 	waitDone(t, l, slack) // the renewer ends with the lease, its calls have returned
 

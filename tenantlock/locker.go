@@ -48,9 +48,14 @@ type Config struct {
 	Clock func() time.Time
 }
 
-// Locker takes, inspects and force-releases tenant locks in Redis. It is safe
-// for concurrent use.
+// Locker takes, inspects, force-releases and re-acquires tenant locks: in
+// Redis (New) or in process memory (NewLocal, single-instance mode). It is
+// safe for concurrent use.
 type Locker struct {
+	// local is the in-process lock table of a Locker made by NewLocal; nil
+	// for Redis, and then it is the only field set.
+	local *localTable
+
 	client        redis.UniversalClient
 	lease         time.Duration
 	renewEvery    time.Duration
@@ -120,6 +125,9 @@ func (l *Locker) Acquire(ctx context.Context, tenantID string, h Holder) (*Lease
 	if err := validHolder(h); err != nil {
 		return nil, err
 	}
+	if l.local != nil {
+		return l.local.acquire(tenantID, h)
+	}
 	// Another attempt only when the lock was freed between the refused SET
 	// NX and the read of its holder (a short-lived holder under contention).
 	for attempt := 0; ; attempt++ {
@@ -157,6 +165,9 @@ func (l *Locker) Acquire(ctx context.Context, tenantID string, h Holder) (*Lease
 func (l *Locker) View(ctx context.Context, tenantID string) (Info, error) {
 	if err := validTenant(tenantID); err != nil {
 		return Info{}, err
+	}
+	if l.local != nil {
+		return l.local.view(tenantID), nil
 	}
 	var get, fence *redis.StringCmd
 	var pttl *redis.DurationCmd
@@ -197,6 +208,9 @@ func (l *Locker) ForceRelease(ctx context.Context, tenantID string, expectedFenc
 	if expectedFence <= 0 {
 		return Info{}, fmt.Errorf("%w: expected fence %d must be positive", ErrInvalid, expectedFence)
 	}
+	if l.local != nil {
+		return l.local.forceRelease(tenantID, expectedFence)
+	}
 	code, value, ttl, fence, err := runForceRelease(ctx, l.client, l.lockKey(tenantID), l.fenceKey(tenantID), expectedFence)
 	if err != nil {
 		return Info{}, redisError(ctx, "force-release", tenantID, err)
@@ -213,6 +227,113 @@ func (l *Locker) ForceRelease(ctx context.Context, tenantID string, expectedFenc
 		return info, &MismatchError{Expected: expectedFence, Current: info}
 	}
 	return info, nil
+}
+
+// Reacquire takes lease's lock back with the same value and fencing token,
+// in one round trip (scripts/reacquire_lock.lua), when it is still ours or
+// nobody took the tenant since it lapsed: if the lock still holds the
+// lease's value its expiry is pushed out; if it is free and the tenant's
+// fence counter is still the lease's token, it is set again. Writes guarded
+// by the lease's value and fence then pass as before. This is how a holder
+// whose lease ran out while Redis was unreachable goes on (DESIGN §5).
+//
+// It returns a new Lease — same tenant, holder, value and fence, a fresh
+// deadline, its own renewer — and retires the old one: its renewer stops,
+// and its Release and Forget do nothing (calling them is safe; release the
+// new Lease instead). The old lease's Lost and Err keep what they said.
+//
+// Returns a *RefusedError (errors.Is ErrLeaseRefused and ErrLeaseLost), with
+// the lock as found in Current, when the lock holds another value or the
+// counter moved (another holder took a token, even if it is gone again); at
+// once, without a round trip, when an extension of the lease was refused
+// before (the lock was deleted or overwritten: a force-release must not be
+// undone), when the lease was released, or when it was re-acquired already.
+// A failed or timed-out call is a *RedisError (Unavailable when Redis was
+// unreachable or too slow; try again later); the call is bounded like
+// Acquire's SET NX. A nil lease or one of the other kind of Locker (Redis or
+// in-process) is an error matching ErrInvalid.
+//
+// Do not re-acquire a lease whose lock the task's last write deleted
+// (task.Write.ReleaseLock): it would take the lock again.
+func (l *Locker) Reacquire(ctx context.Context, lease *Lease) (*Lease, error) {
+	if lease == nil {
+		return nil, fmt.Errorf("%w: reacquire: nil lease", ErrInvalid)
+	}
+	if lease.Local() != (l.local != nil) {
+		return nil, fmt.Errorf("%w: reacquire tenant %s: the lease comes from another kind of Locker (in-process or Redis)", ErrInvalid, lease.tenantID)
+	}
+	lease.relMu.Lock()
+	defer lease.relMu.Unlock()
+	refuse := func(reason string) error {
+		return &RefusedError{TenantID: lease.tenantID, Fence: lease.fence, Reason: reason}
+	}
+	var before *RefusedError
+	switch {
+	case lease.replaced.Load():
+		return nil, refuse("the lease was re-acquired already: use the Lease that Reacquire returned")
+	case lease.deleted.Load():
+		return nil, refuse("the lease was released")
+	case errors.As(lease.Err(), &before):
+		return nil, refuse("an extension was refused before (" + before.Reason + ")")
+	}
+	var (
+		next *Lease
+		err  error
+	)
+	if l.local != nil {
+		next, err = l.local.reacquire(lease)
+	} else {
+		next, err = l.reacquire(ctx, lease)
+	}
+	if err != nil {
+		return nil, err
+	}
+	lease.replaced.Store(true)
+	lease.released.Store(true)
+	lease.halt()
+	return next, nil
+}
+
+// reacquire is Reacquire on Redis.
+func (l *Locker) reacquire(ctx context.Context, old *Lease) (*Lease, error) {
+	tenantID := old.tenantID
+	cctx, cancel := context.WithTimeout(ctx, time.Duration(float64(l.lease)*l.timeoutFactor))
+	defer cancel()
+	start := time.Now()
+	code, value, ttl, fence, err := runReacquire(cctx, l.client, l.lockKey(tenantID), l.fenceKey(tenantID), old.value, l.lease, old.fence)
+	if err != nil {
+		return nil, redisError(cctx, "reacquire", tenantID, err)
+	}
+	now := time.Now()
+	if code == reacquireRefused {
+		info := Info{TenantID: tenantID}
+		if info.Fence, err = parseFence(fence); err != nil {
+			return nil, fmt.Errorf("tenantlock: reacquire tenant %s: %w", tenantID, err)
+		}
+		reason := "the lock holds another value"
+		if value != "" {
+			fillHeld(&info, value, ttl)
+		} else {
+			reason = fmt.Sprintf("the lock is free but its fence counter is %d: another holder took the tenant since", info.Fence)
+		}
+		return nil, &RefusedError{TenantID: tenantID, Fence: old.fence, Reason: reason, Current: info}
+	}
+	// As redsync computes Until: from when the call was sent, less the
+	// drift allowance.
+	until := start.Add(l.lease - time.Duration(float64(l.lease)*driftFactor))
+	if !now.Before(until) {
+		// The lock is ours in Redis until it expires; a retry finds it so.
+		return nil, &RedisError{Op: "reacquire", TenantID: tenantID, Cause: "re-acquisition confirmed after the lease ran out", unavailable: true}
+	}
+	m := redsync.New(&lockPool{client: l.client, fenceKey: l.fenceKey(tenantID), clock: l.clock}).NewMutex(l.lockKey(tenantID),
+		redsync.WithExpiry(l.lease),
+		redsync.WithTries(1),
+		redsync.WithDriftFactor(driftFactor),
+		redsync.WithTimeoutFactor(l.timeoutFactor),
+		redsync.WithValue(old.value),
+	)
+	b := &redsyncBackend{m: m, tenantID: tenantID}
+	return newLease(tenantID, old.holder, old.value, old.fence, until, l.renewEvery, b), nil
 }
 
 func fillHeld(info *Info, value string, ttl time.Duration) {

@@ -234,6 +234,12 @@ func TestRoundTrips(t *testing.T) {
 			_ = warm.Release(ctx)
 			_, _ = tb.locker.ForceRelease(ctx, "warm-up", 1)
 			_, _ = tb.locker.View(ctx, "warm-up")
+			warm = tb.acquire(t, "warm-up", holder("task-0"))
+			warm.Forget()
+			if next, err := tb.locker.Reacquire(ctx, warm); err == nil {
+				watch(t, next)
+				_ = next.Release(ctx)
+			}
 
 			var l *Lease
 			if n := tb.counter.Count(func() { l = tb.acquire(t, "acme", holder("task-1")) }); n != 1 {
@@ -241,6 +247,18 @@ func TestRoundTrips(t *testing.T) {
 			}
 			if n := tb.counter.Count(func() { _, _ = tb.locker.View(ctx, "acme") }); n != 1 {
 				t.Errorf("View took %d round trips, want 1", n)
+			}
+			l.Forget() // no renewals in the counts below
+			if n := tb.counter.Count(func() {
+				next, err := tb.locker.Reacquire(ctx, l)
+				if err != nil {
+					t.Errorf("Reacquire: %v", err)
+					return
+				}
+				watch(t, next)
+				next.Forget()
+			}); n != 1 {
+				t.Errorf("Reacquire took %d round trips, want 1", n)
 			}
 			if n := tb.counter.Count(func() { _, _ = tb.locker.ForceRelease(ctx, "acme", l.Fence()) }); n != 1 {
 				t.Errorf("ForceRelease took %d round trips, want 1", n)
@@ -307,8 +325,8 @@ func TestForceRelease(t *testing.T) {
 					t.Errorf("lock key holds %q after ForceRelease", got)
 				}
 				waitLost(t, l, 2*time.Second)
-				if !errors.Is(l.Err(), ErrLeaseLost) {
-					t.Errorf("lease Err after ForceRelease = %v, want ErrLeaseLost", l.Err())
+				if !errors.Is(l.Err(), ErrLeaseLost) || !l.Refused() {
+					t.Errorf("lease Err after ForceRelease = %v, want ErrLeaseLost and refused", l.Err())
 				}
 			})
 			t.Run("ErrFenceMismatch", func(t *testing.T) {
@@ -432,6 +450,15 @@ func TestUnavailable(t *testing.T) {
 		},
 		"View":         func(ctx context.Context) error { _, err := tb.locker.View(ctx, "acme"); return err },
 		"ForceRelease": func(ctx context.Context) error { _, err := tb.locker.ForceRelease(ctx, "acme", 7); return err },
+		// held is forgotten, its lock still in place: Reacquire would
+		// succeed on a healthy Redis.
+		"Reacquire": func(ctx context.Context) error {
+			next, err := tb.locker.Reacquire(ctx, held)
+			if err == nil {
+				next.Forget()
+			}
+			return err
+		},
 	}
 	check := func(t *testing.T, call string, err error, wantUnavailable bool) {
 		t.Helper()
@@ -474,77 +501,86 @@ func TestConcurrentHolders(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			tb := setup(t, b, Config{Lease: 5 * time.Second})
-			lockers := []*Locker{tb.locker, tb.secondLocker(t)}
-			tenants := []string{"t0", "t1", "t2"}
-			type hold struct {
-				acquired, released time.Time
-				fence              int64
-			}
-			var (
-				mu      sync.Mutex
-				holds   = map[string][]hold{}
-				inside  = map[string]*atomic.Int32{}
-				refused atomic.Int64
-			)
-			for _, tn := range tenants {
-				inside[tn] = new(atomic.Int32)
-			}
-			ctx := context.Background()
-			stopAt := time.Now().Add(time.Second)
-			var wg sync.WaitGroup
-			for g := range 8 {
-				wg.Go(func() {
-					lk := lockers[g%2]
-					for i := 0; time.Now().Before(stopAt); i++ {
-						tn := tenants[(g+i)%len(tenants)]
-						h := Holder{PlanID: "plan-1", TaskID: fmt.Sprintf("task-%d-%d", g, i), Instance: fmt.Sprintf("coord-%d", g%2)}
-						l, err := lk.Acquire(ctx, tn, h)
-						if errors.Is(err, ErrLocked) {
-							refused.Add(1)
-							time.Sleep(time.Millisecond)
-							continue
-						}
-						if err != nil {
-							t.Errorf("Acquire: %v", err)
-							return
-						}
-						acquired := time.Now()
-						if n := inside[tn].Add(1); n != 1 {
-							t.Errorf("tenant %s: %d holders at once", tn, n)
-						}
-						time.Sleep(time.Millisecond)
-						inside[tn].Add(-1)
-						released := time.Now()
-						if err := l.Release(ctx); err != nil {
-							t.Errorf("Release: %v", err)
-							return
-						}
-						mu.Lock()
-						holds[tn] = append(holds[tn], hold{acquired, released, l.Fence()})
-						mu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
-			if refused.Load() == 0 {
-				t.Errorf("no Acquire was refused: the test did not contend")
-			}
-			for _, tn := range tenants {
-				hs := holds[tn]
-				if len(hs) < 5 {
-					t.Errorf("tenant %s held only %d times", tn, len(hs))
+			contend(t, []*Locker{tb.locker, tb.secondLocker(t)})
+		})
+	}
+}
+
+// contend has 8 goroutines spread over lockers (coordinator instances)
+// contend for a few tenants for a second, each holding a lock for about a
+// millisecond, and checks the history: never two holders of a tenant at
+// once, holds that do not overlap, and fences strictly increasing in
+// acquisition order.
+func contend(t *testing.T, lockers []*Locker) {
+	t.Helper()
+	tenants := []string{"t0", "t1", "t2"}
+	type hold struct {
+		acquired, released time.Time
+		fence              int64
+	}
+	var (
+		mu      sync.Mutex
+		holds   = map[string][]hold{}
+		inside  = map[string]*atomic.Int32{}
+		refused atomic.Int64
+	)
+	for _, tn := range tenants {
+		inside[tn] = new(atomic.Int32)
+	}
+	ctx := context.Background()
+	stopAt := time.Now().Add(time.Second)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			lk := lockers[g%len(lockers)]
+			for i := 0; time.Now().Before(stopAt); i++ {
+				tn := tenants[(g+i)%len(tenants)]
+				h := Holder{PlanID: "plan-1", TaskID: fmt.Sprintf("task-%d-%d", g, i), Instance: fmt.Sprintf("coord-%d", g%len(lockers))}
+				l, err := lk.Acquire(ctx, tn, h)
+				if errors.Is(err, ErrLocked) {
+					refused.Add(1)
+					time.Sleep(time.Millisecond)
+					continue
 				}
-				sort.Slice(hs, func(i, j int) bool { return hs[i].acquired.Before(hs[j].acquired) })
-				for i := 1; i < len(hs); i++ {
-					if !hs[i].acquired.After(hs[i-1].released) {
-						t.Errorf("tenant %s: hold %d (acquired %s) overlaps hold %d (released %s)",
-							tn, i, hs[i].acquired.Format(time.StampMicro), i-1, hs[i-1].released.Format(time.StampMicro))
-					}
-					if hs[i].fence <= hs[i-1].fence {
-						t.Errorf("tenant %s: fence %d after %d, want strictly increasing in acquisition order", tn, hs[i].fence, hs[i-1].fence)
-					}
+				if err != nil {
+					t.Errorf("Acquire: %v", err)
+					return
 				}
+				acquired := time.Now()
+				if n := inside[tn].Add(1); n != 1 {
+					t.Errorf("tenant %s: %d holders at once", tn, n)
+				}
+				time.Sleep(time.Millisecond)
+				inside[tn].Add(-1)
+				released := time.Now()
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("Release: %v", err)
+					return
+				}
+				mu.Lock()
+				holds[tn] = append(holds[tn], hold{acquired, released, l.Fence()})
+				mu.Unlock()
 			}
 		})
+	}
+	wg.Wait()
+	if refused.Load() == 0 {
+		t.Errorf("no Acquire was refused: the test did not contend")
+	}
+	for _, tn := range tenants {
+		hs := holds[tn]
+		if len(hs) < 5 {
+			t.Errorf("tenant %s held only %d times", tn, len(hs))
+		}
+		sort.Slice(hs, func(i, j int) bool { return hs[i].acquired.Before(hs[j].acquired) })
+		for i := 1; i < len(hs); i++ {
+			if !hs[i].acquired.After(hs[i-1].released) {
+				t.Errorf("tenant %s: hold %d (acquired %s) overlaps hold %d (released %s)",
+					tn, i, hs[i].acquired.Format(time.StampMicro), i-1, hs[i-1].released.Format(time.StampMicro))
+			}
+			if hs[i].fence <= hs[i-1].fence {
+				t.Errorf("tenant %s: fence %d after %d, want strictly increasing in acquisition order", tn, hs[i].fence, hs[i-1].fence)
+			}
+		}
 	}
 }

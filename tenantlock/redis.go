@@ -24,6 +24,10 @@ var (
 	//go:embed scripts/force_release_lock.lua
 	forceReleaseLockSrc    string
 	forceReleaseLockScript = redis.NewScript(forceReleaseLockSrc)
+
+	//go:embed scripts/reacquire_lock.lua
+	reacquireLockSrc    string
+	reacquireLockScript = redis.NewScript(reacquireLockSrc)
 )
 
 // lockPool is the redsync pool of one acquisition. It wraps the go-redis
@@ -141,6 +145,8 @@ func (b *redsyncBackend) extend(ctx context.Context) (time.Time, error) {
 	return time.Time{}, redisError(ctx, "extend", b.tenantID, err)
 }
 
+func (b *redsyncBackend) forget() {}
+
 func (b *redsyncBackend) release(ctx context.Context) error {
 	ok, err := b.m.UnlockContext(ctx)
 	switch {
@@ -181,6 +187,29 @@ func runForceRelease(ctx context.Context, c redis.UniversalClient, lockKey, fenc
 	ms, _ := res[2].(int64)
 	fence, _ = res[3].(string)
 	return code, value, time.Duration(ms) * time.Millisecond, fence, nil
+}
+
+const (
+	reacquireRefused  = 0
+	reacquireExtended = 1
+	reacquireSet      = 2
+)
+
+// runReacquire runs reacquire_lock.lua; value, ttl and fence are the lock
+// and counter as found.
+func runReacquire(ctx context.Context, c redis.UniversalClient, lockKey, fenceKey, value string, lease time.Duration, fence int64) (code int64, found string, ttl time.Duration, counter string, err error) {
+	res, err := reacquireLockScript.Run(ctx, c, []string{lockKey, fenceKey}, value, lease.Milliseconds(), fence).Slice()
+	if err != nil {
+		return 0, "", 0, "", err
+	}
+	if len(res) != 4 {
+		return 0, "", 0, "", fmt.Errorf("reacquire_lock.lua returned %d values, want 4", len(res))
+	}
+	code, _ = res[0].(int64)
+	found, _ = res[1].(string)
+	ms, _ := res[2].(int64)
+	counter, _ = res[3].(string)
+	return code, found, time.Duration(ms) * time.Millisecond, counter, nil
 }
 
 // redisError turns a go-redis or redsync error into a *RedisError, keeping

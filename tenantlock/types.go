@@ -36,6 +36,13 @@ var (
 	// ErrLeaseLost means the lease ran out or the lock was taken or deleted
 	// by someone else: the holder must stop writing at once.
 	ErrLeaseLost = errors.New("tenantlock: lease lost")
+	// ErrLeaseRefused is matched, besides ErrLeaseLost, when the lease is
+	// known to be gone for good: an extension or a re-acquisition was refused
+	// because the lock was deleted, holds another value, or another holder
+	// took a fencing token since (every *RefusedError). A lease lost only
+	// because its deadline passed while Redis did not answer does not match
+	// it: Locker.Reacquire may still get it back.
+	ErrLeaseRefused = errors.New("tenantlock: lease refused")
 	// ErrNotHeld is returned by ForceRelease when nobody holds the lock.
 	ErrNotHeld = errors.New("tenantlock: lock not held")
 	// ErrFenceMismatch is matched by every *MismatchError.
@@ -83,13 +90,48 @@ func (e *MismatchError) Error() string {
 // Is makes errors.Is(err, ErrFenceMismatch) match.
 func (e *MismatchError) Is(target error) bool { return target == ErrFenceMismatch }
 
+// RefusedError is a lease's loss that is final: Redis (or the in-process
+// lock table) refused to extend or re-acquire it. It matches both
+// ErrLeaseRefused and ErrLeaseLost.
+type RefusedError struct {
+	TenantID string
+	// Fence is the refused lease's fencing token.
+	Fence int64
+	// Reason says what was found.
+	Reason string
+	// Current is the lock as Locker.Reacquire found it (Held false when it
+	// was free but another holder had taken a token since); zero after a
+	// refused extension, which does not read the lock.
+	Current Info
+}
+
+func (e *RefusedError) Error() string {
+	msg := fmt.Sprintf("tenantlock: lease of tenant %s with fence %d refused: %s", e.TenantID, e.Fence, e.Reason)
+	switch {
+	case e.Current.Held && e.Current.Holder == (Holder{}):
+		msg += fmt.Sprintf(" (the lock holds a foreign value %s, fence %d)", quote(e.Current.Value), e.Current.Fence)
+	case e.Current.Held:
+		msg += fmt.Sprintf(" (held by task %s of plan %s on instance %s, fence %d)",
+			e.Current.Holder.TaskID, e.Current.Holder.PlanID, e.Current.Holder.Instance, e.Current.Fence)
+	case e.Current.Fence != 0:
+		msg += fmt.Sprintf(" (the lock is free, last fence %d)", e.Current.Fence)
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrLeaseRefused) and errors.Is(err, ErrLeaseLost)
+// match.
+func (e *RefusedError) Is(target error) bool {
+	return target == ErrLeaseRefused || target == ErrLeaseLost
+}
+
 // RedisError is returned when a call to Redis failed or its context ended
 // before Redis answered: the lock's state is unknown. It carries the cause's
 // text; it unwraps only to context.Canceled or context.DeadlineExceeded, so
 // no go-redis or redsync error leaves the package.
 type RedisError struct {
-	// Op is what failed: "acquire", "view", "force-release", "release" or
-	// "extend".
+	// Op is what failed: "acquire", "view", "force-release", "release",
+	// "extend" or "reacquire".
 	Op       string
 	TenantID string
 	// Cause is the text of the underlying error.
