@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/deploycoord/deploycoord/task"
+)
+
+const (
+	// eventsWaitDefault is the long-poll wait of events --follow.
+	eventsWaitDefault = 30 * time.Second
+	// eventsLimitDefault is the page size of the event feed.
+	eventsLimitDefault = 100
+	// eventsLimitMax is the largest page size deployctl asks for.
+	eventsLimitMax = 1000
+	// followBackoffMax bounds the pause after a failed poll.
+	followBackoffMax = 30 * time.Second
+	// followMinPoll is the least time between two polls that brought
+	// nothing, in case a server answers long polls at once.
+	followMinPoll = time.Second
+)
+
+var (
+	// cursorRe is what a feed cursor may look like (httpapi's cursor rule).
+	cursorRe = regexp.MustCompile(`^(\$|[A-Za-z0-9._~:+/=-]{1,256})$`)
+	// eventTypeRe is what an event type may look like ("task.failed").
+	eventTypeRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,63}$`)
+)
+
+// feedEvent is one entry of GET /v1/events.
+type feedEvent struct {
+	ID       string          `json:"id"`
+	Type     string          `json:"type"`
+	At       time.Time       `json:"at"`
+	PlanID   string          `json:"planId"`
+	TaskID   string          `json:"taskId"`
+	TenantID string          `json:"tenantId"`
+	Data     json.RawMessage `json:"data"`
+}
+
+// feedPage is the answer of GET /v1/events.
+type feedPage struct {
+	Events     []json.RawMessage `json:"events"`
+	NextCursor string            `json:"nextCursor"`
+}
+
+func (a *app) events(ctx context.Context, fs *flag.FlagSet, args []string) error {
+	follow := fs.Bool("follow", false, "long-poll forever, resuming from the last cursor (Ctrl-C ends it)")
+	tenant := fs.String("tenant", "", "only events of this tenant")
+	planID := fs.String("plan", "", "only events of this plan")
+	typ := fs.String("type", "", "only events of this type (task.failed, task.completed, ...)")
+	after := fs.String("after", "", "start after this cursor (a nextCursor printed before)")
+	limit := fs.Int("limit", eventsLimitDefault, "events per request (1.."+strconv.Itoa(eventsLimitMax)+")")
+	wait := fs.Duration("wait", eventsWaitDefault, "long-poll wait of each --follow request")
+	pos, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	q := url.Values{}
+	if *tenant != "" {
+		if err := checkTenant(*tenant); err != nil {
+			return err
+		}
+		q.Set("tenantId", *tenant)
+	}
+	if *planID != "" {
+		if err := checkPlanID(*planID); err != nil {
+			return err
+		}
+		q.Set("planId", *planID)
+	}
+	if *typ != "" {
+		if !eventTypeRe.MatchString(*typ) {
+			return usagef("--type %s is not an event type (like task.failed)", task.Quote(*typ))
+		}
+		q.Set("type", *typ)
+	}
+	if *after != "" && !cursorRe.MatchString(*after) {
+		return usagef("--after %s is not a cursor the API returned", task.Quote(*after))
+	}
+	if *limit < 1 || *limit > eventsLimitMax {
+		return usagef("--limit %d: want 1..%d", *limit, eventsLimitMax)
+	}
+	q.Set("limit", strconv.Itoa(*limit))
+	if *follow {
+		if *wait <= 0 {
+			return usagef("--wait must be positive")
+		}
+		return a.follow(ctx, q, *after, *wait)
+	}
+	if *after != "" {
+		q.Set("after", *after)
+	}
+	var page feedPage
+	raw, err := a.cli.getJSON(ctx, "/v1/events", q, &page)
+	if err != nil {
+		return err
+	}
+	if a.json() {
+		return printJSON(a.stdout, raw)
+	}
+	a.eventHeader()
+	if err := a.printEvents(page.Events); err != nil {
+		return err
+	}
+	if page.NextCursor != "" {
+		fmt.Fprintf(a.stderr, "next: --after %s\n", clean(page.NextCursor))
+	}
+	return nil
+}
+
+// follow long-polls the feed until ctx ends (which is success: Ctrl-C is
+// how a follow stops). Each request waits up to wait for an event and has
+// --timeout on top of that; a failed poll is retried with a growing pause,
+// except a 4xx answer, which ends the command.
+func (a *app) follow(ctx context.Context, q url.Values, cursor string, wait time.Duration) error {
+	q.Set("wait", wait.String())
+	a.eventHeader()
+	backoff := time.Duration(0)
+	for {
+		if cursor != "" {
+			q.Set("after", cursor)
+		}
+		start := time.Now()
+		var page feedPage
+		_, err := a.cli.call(ctx, request{method: http.MethodGet, path: "/v1/events", query: q, extra: wait}, &page)
+		pause := time.Duration(0)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil && !transient(err):
+			return err
+		case err != nil:
+			backoff = min(max(2*backoff, time.Second), followBackoffMax)
+			pause = backoff
+			fmt.Fprintf(a.stderr, "warning: %s (retrying in %s)\n", clean(err.Error()), backoff)
+		default:
+			backoff = 0
+			if err := a.printEvents(page.Events); err != nil {
+				return err
+			}
+			if page.NextCursor != "" {
+				cursor = page.NextCursor
+			}
+			if len(page.Events) == 0 {
+				pause = followMinPoll - time.Since(start)
+			}
+		}
+		if pause > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(pause):
+			}
+		}
+	}
+}
+
+// eventHeader starts a table of events (not in JSON mode).
+func (a *app) eventHeader() {
+	if !a.json() {
+		fmt.Fprintf(a.stdout, eventFormat, "AT", "TYPE", "TENANT", "PLAN", "TASK", "DATA")
+	}
+}
+
+// eventFormat lays events out in fixed columns: a stream cannot be aligned
+// after the fact as tabwriter does.
+const eventFormat = "%-20s  %-24s  %-16s  %-31s  %-31s  %s\n"
+
+// printEvents prints a page of events: one JSON line each with -o json,
+// else one row each. The time is absolute (UTC): a feed is a log.
+func (a *app) printEvents(events []json.RawMessage) error {
+	for _, raw := range events {
+		if a.json() {
+			if err := printLine(a.stdout, raw); err != nil {
+				return err
+			}
+			continue
+		}
+		var e feedEvent
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return fmt.Errorf("decode an event: %w", err)
+		}
+		at := "-"
+		if !e.At.IsZero() {
+			at = e.At.UTC().Format(time.RFC3339)
+		}
+		var data string
+		var buf bytes.Buffer
+		if json.Compact(&buf, e.Data) == nil && buf.String() != "null" && buf.String() != "{}" {
+			data = buf.String()
+		}
+		fmt.Fprintf(a.stdout, eventFormat, at, cell(e.Type), cell(e.TenantID), cell(e.PlanID), cell(e.TaskID), cell(data))
+	}
+	return nil
+}
