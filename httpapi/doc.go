@@ -5,9 +5,49 @@
 //
 // A request goes through, in order:
 //
-//	request id ─► access log + panic guard ─► Config.Middlewares (auth, ...) ─►
-//	path id check ─► query check ─► body decoding ─► Service ─► JSON or problem
+//	every route   logger (hlog) ─► request id + client address ─► access log ─►
+//	              panic guard ─► security headers ─► in-flight bound
+//	/v1 routes    authenticate (401) ─► authorize (403) ─► rate limit (429) ─►
+//	              Config.Middlewares ─► path id check ─► Idempotency-Key ─►
+//	              query check ─► body decoding ─► Service ─► JSON or problem
 //
+// # Who is asking
+//
+// Every /v1 request needs Authorization: Bearer <token>, one of
+// Config.Tokens. Only the SHA-256 of each secret is kept; a request's token
+// is hashed and looked up by hash, and the hashes are compared again in
+// constant time. A token has a role: viewer (every GET and HEAD, and the
+// read-only POST /v1/tenants:status) or operator (also every other POST and
+// DELETE). Without tokens authentication is off and everyone is "anonymous"
+// with role operator — the server (cmd/deploycoord) then listens on
+// loopback only. /healthz, /readyz and /openapi.yaml are open; /metrics
+// (Config.Metrics) is open to loopback clients and needs any token from
+// elsewhere. Token names, never secrets, reach logs, timelines and
+// facade.Actor, which also carries the request id and the client address.
+//
+// The client address is the connection's, or — when the connection comes
+// from one of Config.TrustedProxies — the right-most X-Forwarded-For entry
+// that is not a trusted proxy (chi's RealIP, which believes anyone, is not
+// used).
+//
+// # Logs
+//
+// One access line per request ("request": method, route pattern, status,
+// size, duration, actor, client_addr, request_id), written by hlog's access
+// handler; Config.Observe receives the same route, status and duration for
+// the metrics. Every change (mutating request) also gets an audit line
+// ("audit": actor, role, action, plan_id/tenant_id, the body's reason,
+// client_addr, request_id, status, idempotency_key), and so does every
+// request refused with 401, 403 or 429, at Warn with "denied" saying why.
+// Handlers log through the request's logger, so every line carries the
+// request id.
+//
+// # Limits
+//
+// Changes are rate limited per token (per client address with
+// authentication off) on each instance with httprate: 429 RATE_LIMITED with
+// Retry-After. At most Config.MaxInFlight requests are served at once
+// (health checks aside): beyond, 503 UNAVAILABLE with Retry-After: 1.
 // Everything a client sends is checked before the service is called: path
 // ids against the allowlists of package task and plan, query parameters
 // (unknown or repeated ones are refused), bodies (Content-Type
@@ -15,6 +55,26 @@
 // JSON object, no unknown field). Bad input is answered 400 INVALID_ARGUMENT,
 // 413 PAYLOAD_TOO_LARGE or 415 UNSUPPORTED_MEDIA_TYPE and changes nothing;
 // values from the input appear in details only through task.Quote.
+//
+// # Idempotency and cheap polling
+//
+// POST /v1/plans and POST /v1/tenants/{tenantId}/retry accept an
+// Idempotency-Key. The first request with a key (per token) claims it in
+// Config.Idempotency (Redis: SET NX with a 5-minute claim TTL, so a crashed
+// instance's claim frees itself) and runs; its answer, if 2xx or 4xx, is
+// kept for Config.IdempotencyTTL (24 h) and replayed byte for byte to
+// repeats, on any instance, with Idempotent-Replayed: true. Two requests are
+// the same when method, route, path parameters and body (white space aside)
+// hash the same; otherwise 409 IDEMPOTENCY_KEY_REUSED. A repeat while the
+// first runs gets 409 IDEMPOTENCY_IN_PROGRESS with Retry-After at once (no
+// waiting: a request never holds a connection for another's work). A 5xx,
+// a panic or a client gone before the answer releases the key.
+//
+// GET of a plan, of a plan's tasks and of a task carries a strong ETag (the
+// SHA-256 of the body sent); If-None-Match with it answers 304 without a
+// body while nothing changed.
+//
+// # Errors
 //
 // Errors are application/problem+json (RFC 9457) with a stable code. One
 // table (errors.go) maps the facade's sentinel errors to statuses and codes;

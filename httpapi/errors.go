@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/rs/zerolog/hlog"
+
 	"github.com/deploycoord/deploycoord/facade"
 )
 
@@ -31,6 +33,18 @@ const (
 	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
 	CodeUnavailable          = "UNAVAILABLE"
 	CodeInternal             = "INTERNAL"
+	// CodeRateLimited (429): the token sent too many changes; see
+	// Retry-After.
+	CodeRateLimited = "RATE_LIMITED"
+	// CodeIdempotencyKeyReused (409): the Idempotency-Key was used for a
+	// different request.
+	CodeIdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED"
+	// CodeIdempotencyInProgress (409): the first request with the
+	// Idempotency-Key is still being served; see Retry-After.
+	CodeIdempotencyInProgress = "IDEMPOTENCY_IN_PROGRESS"
+	// CodeIdempotencyAnswerTooLarge (409): the first request's answer was
+	// too large to keep for replays.
+	CodeIdempotencyAnswerTooLarge = "IDEMPOTENCY_ANSWER_TOO_LARGE"
 )
 
 // errorTable is the one mapping of facade errors to HTTP statuses and codes.
@@ -142,14 +156,13 @@ func classify(err error) (status int, code, detail string, known bool) {
 // error nobody expected.
 func (a *api) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
-		a.log.Debug().Str("request_id", RequestID(r.Context())).Err(err).Msg("client went away")
+		hlog.FromRequest(r).Debug().Err(err).Msg("client went away")
 		w.WriteHeader(statusClientClosed)
 		return
 	}
 	status, code, detail, known := classify(err)
 	if !known {
-		a.log.Error().Str("request_id", RequestID(r.Context())).Str("method", r.Method).
-			Str("route", routePattern(r)).Err(err).Msg("request failed")
+		hlog.FromRequest(r).Error().Str("method", r.Method).Str("route", routePattern(r)).Err(err).Msg("request failed")
 	}
 	WriteProblem(w, r, status, code, detail)
 }

@@ -152,6 +152,8 @@ type request struct {
 	body         string // sent as application/json unless contentType is set
 	contentType  string
 	header       map[string]string
+	// remote is the connection's address ("192.0.2.1:1234" when empty).
+	remote string
 }
 
 // serve runs req through h and checks the answer against the OpenAPI
@@ -172,6 +174,9 @@ func serve(t *testing.T, h http.Handler, rq request) answer {
 	}
 	for k, v := range rq.header {
 		req.Header.Set(k, v)
+	}
+	if rq.remote != "" {
+		req.RemoteAddr = rq.remote
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -196,6 +201,8 @@ type fakeService struct {
 	Next     string
 	// ByTenant, when set, answers TaskByTenant.
 	ByTenant func(ctx context.Context, tenantID string) (facade.TaskView, error)
+	// Hook, when set, runs at every call, after it is recorded.
+	Hook func(method string)
 
 	calls atomic.Int64
 	mu    sync.Mutex
@@ -221,7 +228,11 @@ func (f *fakeService) record(c call) {
 	f.calls.Add(1)
 	f.mu.Lock()
 	f.last = c
+	hook := f.Hook
 	f.mu.Unlock()
+	if hook != nil {
+		hook(c.Method)
+	}
 }
 
 func (f *fakeService) Last() call {
@@ -424,6 +435,25 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// Lines returns the log lines with message msg, decoded.
+func (s *syncBuffer) Lines(t *testing.T, msg string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(s.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line is not JSON: %v: %s", err, l)
+		}
+		if m["message"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 var errBoom = errors.New("redis: connection pool exhausted at 10.0.0.7:6379")

@@ -28,6 +28,7 @@ func (a *api) createPlan(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	notePlan(r, v.ID)
 	w.Header().Set("Location", "/v1/plans/"+v.ID)
 	a.writeJSON(w, r, http.StatusCreated, planJSON(v, true), v.Degraded)
 }
@@ -75,7 +76,11 @@ func (a *api) getPlan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, err := a.svc.Plan(r.Context(), chi.URLParam(r, paramPlanID))
-	a.answerPlan(w, r, v, err)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	a.writeCacheable(w, r, planJSON(v, true), v.Degraded)
 }
 
 // GET /v1/plans/{planId}/tasks
@@ -109,7 +114,7 @@ func (a *api) planTasks(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	a.writeJSON(w, r, http.StatusOK, TaskList{Tasks: tasksJSON(vs), NextCursor: next}, anyDegraded(vs))
+	a.writeCacheable(w, r, TaskList{Tasks: tasksJSON(vs), NextCursor: next}, anyDegraded(vs))
 }
 
 // planAction serves POST /v1/plans/{planId}/start, pause and cancel with do.
@@ -120,6 +125,7 @@ func (a *api) planAction(w http.ResponseWriter, r *http.Request,
 		a.writeError(w, r, err)
 		return
 	}
+	noteReason(r, body.Reason)
 	v, err := do(r.Context(), chi.URLParam(r, paramPlanID), body.Reason, a.actor(r))
 	a.answerPlan(w, r, v, err)
 }
@@ -142,6 +148,7 @@ func (a *api) resumePlan(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	noteReason(r, body.Reason)
 	o := facade.ResumeOptions{Reason: body.Reason, IncludeOrphaned: body.IncludeOrphaned}
 	v, err := a.svc.ResumePlan(r.Context(), chi.URLParam(r, paramPlanID), o, a.actor(r))
 	a.answerPlan(w, r, v, err)

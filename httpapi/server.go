@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/httprate"
 	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/hlog"
 
 	"github.com/deploycoord/deploycoord/facade"
 )
@@ -42,6 +45,17 @@ const (
 	IdleTimeoutDefault = 120 * time.Second
 	// MaxHeaderBytesDefault bounds a request's headers.
 	MaxHeaderBytesDefault = 64 << 10
+
+	// RateLimitDefault is how many mutating requests a token may send per
+	// RateWindowDefault.
+	RateLimitDefault = 60
+	// RateWindowDefault is the window of the rate limit.
+	RateWindowDefault = time.Minute
+	// MaxInFlightDefault bounds the requests served at once.
+	MaxInFlightDefault = 256
+	// IdempotencyTTLDefault is how long the first answer to a request with
+	// an Idempotency-Key is replayed.
+	IdempotencyTTLDefault = 24 * time.Hour
 )
 
 // HeaderDegraded is set to "true" on answers that came from memory because
@@ -50,7 +64,8 @@ const HeaderDegraded = "X-Deploycoord-Degraded"
 
 // Config configures the HTTP API. Zero fields mean the default.
 type Config struct {
-	// Logger receives the access log and errors (zerolog.Nop()).
+	// Logger receives the access log, the audit log and errors
+	// (zerolog.Nop()).
 	Logger *zerolog.Logger
 	// MaxBodyBytes bounds a POST /v1/plans body (MaxBodyBytesDefault).
 	MaxBodyBytes int64
@@ -63,24 +78,65 @@ type Config struct {
 	Ready func(ctx context.Context) error
 	// Version is reported by GET /healthz.
 	Version string
-	// Middlewares wrap every /v1 route, outermost first, after the request
-	// id and access log and before path validation: auth, metrics and rate
-	// limits plug in here. They may answer with WriteProblem.
+
+	// Tokens are the API tokens (see auth.go). Empty turns authentication
+	// off: every request is served as "anonymous" with role operator, which
+	// the server allows only on a loopback listener. They must pass
+	// ValidateTokens; New panics otherwise.
+	Tokens []Token
+	// TrustedProxies are the addresses of reverse proxies whose
+	// X-Forwarded-For header is believed (none: the client address is the
+	// connection's).
+	TrustedProxies []netip.Prefix
+	// RateLimit is how many mutating requests (POST and DELETE, except the
+	// read-only POST /v1/tenants:status) one token, or one client address
+	// when authentication is off, may send per RateWindow on this instance
+	// (RateLimitDefault); negative means no limit.
+	RateLimit int
+	// RateWindow is the window of RateLimit (RateWindowDefault).
+	RateWindow time.Duration
+	// MaxInFlight bounds the requests served at once, health checks aside
+	// (MaxInFlightDefault); negative means no bound.
+	MaxInFlight int
+	// Idempotency keeps the first answer to POST /v1/plans and POST
+	// /v1/tenants/{tenantId}/retry sent with an Idempotency-Key header
+	// (*repository.Idempotency implements it). Nil: the header is checked
+	// and otherwise ignored.
+	Idempotency IdempotencyStore
+	// IdempotencyTTL is how long a first answer is replayed
+	// (IdempotencyTTLDefault).
+	IdempotencyTTL time.Duration
+	// Metrics serves GET /metrics (nil: 404). Clients on loopback need no
+	// token; others need any valid token.
+	Metrics http.Handler
+	// Observe, when set, is called once per request when its answer is
+	// written, with the route pattern ("unmatched" for unknown routes), the
+	// status and the time taken: the hook of the HTTP metrics.
+	Observe func(route string, status int, d time.Duration)
+
+	// Middlewares wrap every /v1 route, outermost first, after
+	// authentication, authorization and rate limiting and before path
+	// validation. They may answer with WriteProblem.
 	Middlewares []func(http.Handler) http.Handler
-	// ActorFunc says who makes a request, for the audit trail (default:
-	// "anonymous" with role "operator", the request id and the remote
-	// address). A RequestID it leaves empty is filled in.
+	// ActorFunc says who makes a request, for the audit trail (default: the
+	// token's name and role — "anonymous" and "operator" with
+	// authentication off — the request id and the client address). A
+	// RequestID it leaves empty is filled in.
 	ActorFunc func(*http.Request) facade.Actor
 }
 
 type api struct {
-	svc Service
-	cfg Config
-	log zerolog.Logger
+	svc     Service
+	cfg     Config
+	log     zerolog.Logger
+	keys    keyring
+	limiter *httprate.RateLimiter
+	slots   chan struct{}
 }
 
 // New returns the HTTP API serving svc: every route of API.md under /v1,
-// plus /healthz, /readyz and /openapi.yaml.
+// plus /healthz, /readyz, /openapi.yaml and /metrics. It panics when
+// cfg.Tokens do not pass ValidateTokens.
 func New(svc Service, cfg Config) http.Handler {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = MaxBodyBytesDefault
@@ -88,19 +144,48 @@ func New(svc Service, cfg Config) http.Handler {
 	if cfg.MaxSmallBodyBytes <= 0 {
 		cfg.MaxSmallBodyBytes = MaxSmallBodyBytesDefault
 	}
+	if cfg.RateLimit == 0 {
+		cfg.RateLimit = RateLimitDefault
+	}
+	if cfg.RateWindow <= 0 {
+		cfg.RateWindow = RateWindowDefault
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = MaxInFlightDefault
+	}
+	if cfg.IdempotencyTTL <= 0 {
+		cfg.IdempotencyTTL = IdempotencyTTLDefault
+	}
 	if cfg.ActorFunc == nil {
 		cfg.ActorFunc = defaultActor
+	}
+	keys, err := newKeyring(cfg.Tokens)
+	if err != nil {
+		panic("httpapi.New: " + err.Error())
 	}
 	log := zerolog.Nop()
 	if cfg.Logger != nil {
 		log = *cfg.Logger
 	}
-	a := &api{svc: svc, cfg: cfg, log: log.With().Str("component", "httpapi").Logger()}
+	a := &api{svc: svc, cfg: cfg, log: log.With().Str("component", "httpapi").Logger(), keys: keys}
+	if cfg.RateLimit > 0 {
+		a.limiter = httprate.NewRateLimiter(cfg.RateLimit, cfg.RateWindow,
+			httprate.WithLimitHandler(a.rateLimited),
+			httprate.WithResponseHeaders(httprate.ResponseHeaders{
+				Limit: "X-RateLimit-Limit", Remaining: "X-RateLimit-Remaining", Reset: "X-RateLimit-Reset",
+				RetryAfter: "Retry-After",
+			}))
+	}
+	if cfg.MaxInFlight > 0 {
+		a.slots = make(chan struct{}, cfg.MaxInFlight)
+	}
 	return a.routes()
 }
 
+// defaultActor is the caller as authenticated (see requestInfo).
 func defaultActor(r *http.Request) facade.Actor {
-	return facade.Actor{Name: "anonymous", Role: "operator", RequestID: RequestID(r.Context()), Addr: r.RemoteAddr}
+	info := infoOf(r)
+	return facade.Actor{Name: info.actor, Role: string(info.role), RequestID: info.id, Addr: info.client}
 }
 
 func (a *api) actor(r *http.Request) facade.Actor {
@@ -113,7 +198,8 @@ func (a *api) actor(r *http.Request) facade.Actor {
 
 func (a *api) routes() *chi.Mux {
 	r := chi.NewRouter()
-	r.Use(withRequestID, a.accessLog, securityHeaders)
+	r.Use(hlog.NewHandler(a.log), a.withRequest, hlog.AccessHandler(a.logRequest), a.recoverPanic,
+		securityHeaders, a.limitInFlight)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		WriteProblem(w, r, http.StatusNotFound, CodeNotFound, "no such route")
 	})
@@ -125,11 +211,13 @@ func (a *api) routes() *chi.Mux {
 	r.Get("/healthz", a.healthz)
 	r.Get("/readyz", a.readyz)
 	r.Get("/openapi.yaml", serveOpenAPI)
+	r.Get("/metrics", a.metrics)
 
 	r.Group(func(r chi.Router) {
+		r.Use(a.authenticate, a.authorize, a.rateLimit)
 		r.Use(a.cfg.Middlewares...)
 
-		r.Post("/v1/plans", a.createPlan)
+		r.With(a.idempotent(a.cfg.MaxBodyBytes)).Post("/v1/plans", a.createPlan)
 		r.Get("/v1/plans", a.listPlans)
 		r.With(validPlan).Get("/v1/plans/{planId}", a.getPlan)
 		r.With(validPlan).Get("/v1/plans/{planId}/tasks", a.planTasks)
@@ -146,7 +234,7 @@ func (a *api) routes() *chi.Mux {
 			r.Head("/v1/tenants/{tenantId}/checkpoint", a.headCheckpoint)
 			r.Get("/v1/tenants/{tenantId}/history", a.history)
 			r.Get("/v1/tenants/{tenantId}/timeline", a.timeline)
-			r.Post("/v1/tenants/{tenantId}/retry", a.retry)
+			r.With(a.idempotent(a.cfg.MaxSmallBodyBytes)).Post("/v1/tenants/{tenantId}/retry", a.retry)
 			r.Post("/v1/tenants/{tenantId}/pause", a.pauseTask)
 			r.Post("/v1/tenants/{tenantId}/resume", a.resumeTask)
 			r.Post("/v1/tenants/{tenantId}/cancel", a.cancelTask)

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/deploycoord/deploycoord/facade"
 	"github.com/deploycoord/deploycoord/httpapi"
@@ -36,6 +38,18 @@ type stack struct {
 
 func newStack(t *testing.T, b redistest.Backend) *stack {
 	t.Helper()
+	client, prefix := b.New(t)
+	s := newStackOn(t, client, prefix, "coord-a", httpapi.Config{})
+	if b.Mini != nil {
+		s.mini = b.Mini(t)
+	}
+	return s
+}
+
+// newStackOn builds a stack on client and prefix: stacks built on the same
+// ones are instances sharing one Redis. cfg's Ready and Idempotency are set.
+func newStackOn(t *testing.T, client redis.UniversalClient, prefix, instance string, cfg httpapi.Config) *stack {
+	t.Helper()
 	s := &stack{}
 	s.failing.Store("")
 	s.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -48,10 +62,6 @@ func newStack(t *testing.T, b redistest.Backend) *stack {
 	}))
 	t.Cleanup(s.target.Close)
 
-	client, prefix := b.New(t)
-	if b.Mini != nil {
-		s.mini = b.Mini(t)
-	}
 	rs, err := repository.NewRedis(client, repository.Config{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +80,7 @@ func newStack(t *testing.T, b redistest.Backend) *stack {
 	store := repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), rs)
 	reg := stage.NewRegistry(stage.Options{InlineHTTPHosts: []string{"127.0.0.1"}})
 	c, err := facade.New(store, locks, facade.Config{
-		Instance: "coord-a", Lease: lease, Stages: reg,
+		Instance: instance, Lease: lease, Stages: reg,
 		Pipelines: map[string][]task.StageSpec{"standard-deploy": {{Name: "noop", Kind: "noop"}}},
 	})
 	if err != nil {
@@ -81,7 +91,9 @@ func newStack(t *testing.T, b redistest.Backend) *stack {
 		defer cancel()
 		_ = c.Shutdown(ctx)
 	})
-	s.h = httpapi.New(c, httpapi.Config{Ready: func(context.Context) error { return nil }})
+	cfg.Ready = func(context.Context) error { return nil }
+	cfg.Idempotency = rs.Idempotency()
+	s.h = httpapi.New(c, cfg)
 	return s
 }
 
@@ -128,6 +140,9 @@ func TestStack(t *testing.T) {
 			t.Run("PlanLifecycle", func(t *testing.T) { t.Parallel(); testPlanLifecycle(t, newStack(t, b)) })
 			t.Run("PauseResumeTask", func(t *testing.T) { t.Parallel(); testPauseResumeTask(t, newStack(t, b)) })
 			t.Run("Lock", func(t *testing.T) { t.Parallel(); testLock(t, newStack(t, b)) })
+			t.Run("IdempotentAcrossInstances", func(t *testing.T) { t.Parallel(); testIdempotentAcrossInstances(t, b) })
+			t.Run("IdempotentRetry", func(t *testing.T) { t.Parallel(); testIdempotentRetry(t, newStack(t, b)) })
+			t.Run("ETagFollowsTask", func(t *testing.T) { t.Parallel(); testETagFollowsTask(t, newStack(t, b)) })
 			if b.Mini != nil {
 				t.Run("RedisDownDegraded", func(t *testing.T) { t.Parallel(); testDegraded(t, newStack(t, b)) })
 			}
@@ -314,5 +329,107 @@ func TestNewServerDefaults(t *testing.T) {
 	if srv.ReadHeaderTimeout != httpapi.ReadHeaderTimeoutDefault || srv.ReadTimeout != httpapi.ReadTimeoutDefault ||
 		srv.WriteTimeout != 90*time.Second || srv.IdleTimeout != httpapi.IdleTimeoutDefault || srv.MaxHeaderBytes != httpapi.MaxHeaderBytesDefault {
 		t.Fatalf("server = %+v", srv)
+	}
+}
+
+// testIdempotentAcrossInstances creates a plan through instance A and
+// repeats the request through instance B (real HTTP servers, two
+// coordinators, one Redis): one plan exists, both answers are the same.
+func testIdempotentAcrossInstances(t *testing.T, b redistest.Backend) {
+	client, prefix := b.New(t)
+	tokens := []httpapi.Token{{Name: "ci", Role: httpapi.RoleOperator, Hash: httpapi.HashSecret("ci-secret-0123456789abcdef")}}
+	var answers [2]struct {
+		status   int
+		body     string
+		replayed string
+	}
+	var stacks [2]*stack
+	for i, inst := range []string{"coord-a", "coord-b"} {
+		stacks[i] = newStackOn(t, client, prefix, inst, httpapi.Config{Tokens: tokens})
+		srv := httptest.NewServer(stacks[i].h)
+		t.Cleanup(srv.Close)
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/plans", strings.NewReader(
+			`{"name": "once", "pipeline": "standard-deploy", "tenants": [{"tenantId": "t-once"}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer ci-secret-0123456789abcdef")
+		req.Header.Set(httpapi.HeaderIdempotencyKey, "release-2026-11-21")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answers[i].status, answers[i].body, answers[i].replayed = resp.StatusCode, string(body), resp.Header.Get(httpapi.HeaderIdempotentReplayed)
+	}
+	if answers[0].status != 201 || answers[1].status != 201 || answers[0].body != answers[1].body ||
+		answers[0].replayed != "" || answers[1].replayed != "true" {
+		t.Fatalf("answers = %+v", answers)
+	}
+	a := serve(t, stacks[1].h, request{method: "GET", path: "/v1/plans", header: map[string]string{"Authorization": "Bearer ci-secret-0123456789abcdef"}})
+	if plans := a.JSON(t)["plans"].([]any); len(plans) != 1 {
+		t.Fatalf("%d plans after a repeated create, want 1: %s", len(plans), a.Body)
+	}
+}
+
+// testIdempotentRetry retries a failed tenant twice with one key: the task
+// is retried once.
+func testIdempotentRetry(t *testing.T, s *stack) {
+	s.failing.Store("t-r")
+	spec := fmt.Sprintf(`{"name": "r", "stages": [{"name": "push", "kind": "http", "retry": {"maxAttempts": 1},
+		"http": {"method": "POST", "url": "%s/tenants/{{.TenantID}}/push", "successStatus": [200]}}],
+		"tenants": [{"tenantId": "t-r"}]}`, s.target.URL)
+	s.do(t, "POST", "/v1/plans", spec, 201)
+	s.await(t, "/v1/tenants/t-r/task", "status", "FAILED")
+	s.failing.Store("")
+	key := map[string]string{httpapi.HeaderIdempotencyKey: "retry-t-r-1"}
+	body := `{"reason": "INC-8 fixed"}`
+	first := serve(t, s.h, request{method: "POST", path: "/v1/tenants/t-r/retry", body: body, header: key})
+	s.await(t, "/v1/tenants/t-r/task", "status", "COMPLETED")
+	again := serve(t, s.h, request{method: "POST", path: "/v1/tenants/t-r/retry", body: body, header: key})
+	if first.Status != 202 || again.Status != 202 || string(first.Body) != string(again.Body) || again.Header.Get(httpapi.HeaderIdempotentReplayed) != "true" {
+		t.Fatalf("retries = %d then %d (replayed %q)", first.Status, again.Status, again.Header.Get(httpapi.HeaderIdempotentReplayed))
+	}
+	tk := s.do(t, "GET", "/v1/tenants/t-r/task", "", 200)
+	if tk["attempt"] != 2.0 || tk["status"] != "COMPLETED" {
+		t.Fatalf("task after a repeated retry = %v", tk)
+	}
+	// Without the key the same request is a new retry, refused: the task
+	// completed.
+	s.fail(t, "POST", "/v1/tenants/t-r/retry", body, 409, httpapi.CodeTaskCompleted)
+}
+
+// testETagFollowsTask polls a running task with If-None-Match: 304 while it
+// runs unchanged, 200 with a new ETag once it completed.
+func testETagFollowsTask(t *testing.T, s *stack) {
+	s.do(t, "POST", "/v1/plans", `{"name": "e", "stages": [{"name": "wait", "kind": "sleep", "sleep": {"duration": "300ms"}}], "tenants": [{"tenantId": "t-e"}]}`, 201)
+	s.await(t, "/v1/tenants/t-e/task", "status", "RUNNING")
+	a := serve(t, s.h, request{method: "GET", path: "/v1/tenants/t-e/task"})
+	etag := a.Header.Get("ETag")
+	if a.Status != 200 || etag == "" {
+		t.Fatalf("GET = %d, ETag %q", a.Status, etag)
+	}
+	// The heartbeat of the running task may change the answer, so only the
+	// end is sure: poll until the answer differs, then it must be 200.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		b := serve(t, s.h, request{method: "GET", path: "/v1/tenants/t-e/task", header: map[string]string{"If-None-Match": etag}})
+		if b.Status == 200 {
+			if b.Header.Get("ETag") == etag || len(b.Body) == 0 {
+				t.Fatalf("changed answer with the old ETag or no body")
+			}
+			etag = b.Header.Get("ETag")
+			if b.JSON(t)["status"] == "COMPLETED" {
+				break
+			}
+		} else if b.Status != 304 || len(b.Body) != 0 {
+			t.Fatalf("poll = %d with %d bytes", b.Status, len(b.Body))
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the task did not complete in 15s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a := serve(t, s.h, request{method: "GET", path: "/v1/tenants/t-e/task", header: map[string]string{"If-None-Match": etag}}); a.Status != 304 {
+		t.Fatalf("unchanged completed task = %d, want 304", a.Status)
 	}
 }

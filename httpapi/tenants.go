@@ -21,7 +21,7 @@ func (a *api) tenantTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, err := a.svc.TaskByTenant(r.Context(), chi.URLParam(r, paramTenantID))
-	a.answerTask(w, r, http.StatusOK, v, err)
+	a.answerTaskGet(w, r, v, err)
 }
 
 // GET /v1/tasks/{taskId}
@@ -31,7 +31,7 @@ func (a *api) getTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, err := a.svc.Task(r.Context(), chi.URLParam(r, paramTaskID))
-	a.answerTask(w, r, http.StatusOK, v, err)
+	a.answerTaskGet(w, r, v, err)
 }
 
 // GET /v1/tenants/{tenantId}/checkpoint
@@ -206,6 +206,7 @@ func (a *api) retry(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	noteReason(r, body.Reason)
 	res, err := a.svc.Retry(r.Context(), chi.URLParam(r, paramTenantID), body, a.actor(r))
 	switch {
 	case err != nil:
@@ -229,6 +230,7 @@ func (a *api) taskAction(w http.ResponseWriter, r *http.Request,
 		a.writeError(w, r, err)
 		return
 	}
+	noteReason(r, body.Reason)
 	v, err := do(r.Context(), chi.URLParam(r, paramTenantID), body.Reason, a.actor(r))
 	a.answerTask(w, r, http.StatusOK, v, err)
 }
@@ -244,6 +246,15 @@ func (a *api) resumeTask(w http.ResponseWriter, r *http.Request) {
 // POST /v1/tenants/{tenantId}/cancel
 func (a *api) cancelTask(w http.ResponseWriter, r *http.Request) {
 	a.taskAction(w, r, a.svc.CancelTask)
+}
+
+// answerTaskGet answers a GET of one task, with an ETag.
+func (a *api) answerTaskGet(w http.ResponseWriter, r *http.Request, v facade.TaskView, err error) {
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	a.writeCacheable(w, r, taskDetailJSON(v), v.Degraded)
 }
 
 func (a *api) answerTask(w http.ResponseWriter, r *http.Request, status int, v facade.TaskView, err error) {
@@ -276,6 +287,7 @@ func (a *api) releaseLock(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	noteReason(r, body.Reason)
 	tenantID := chi.URLParam(r, paramTenantID)
 	info, err := a.svc.ReleaseLock(r.Context(), tenantID, body.ExpectedFence, body.Reason, a.actor(r))
 	if err != nil {

@@ -35,6 +35,10 @@ var (
 	listPlanTasksLua string
 	//go:embed scripts/restore_index.lua
 	restoreIndexLua string
+	//go:embed scripts/claim_idempotency.lua
+	claimIdempotencyLua string
+	//go:embed scripts/finish_idempotency.lua
+	finishIdempotencyLua string
 )
 
 // script is one Lua script, run with EVALSHA and, when Redis does not know
@@ -70,11 +74,13 @@ var (
 	pushPlanTasksScript     = newScript("push_plan_tasks", pushPlanTasksLua)
 	listPlanTasksScript     = newScript("list_plan_tasks", listPlanTasksLua)
 	restoreIndexScript      = newScript("restore_index", restoreIndexLua)
+	claimIdempotencyScript  = newScript("claim_idempotency", claimIdempotencyLua)
+	finishIdempotencyScript = newScript("finish_idempotency", finishIdempotencyLua)
 
 	allScripts = []*script{
 		writeTaskScript, movePlanCountsScript, correctPlanCountsScript, repairPlanCountsScript,
 		requestTaskScript, beatTaskScript, updatePlanScript, createPlanScript, pushPlanTasksScript,
-		listPlanTasksScript, restoreIndexScript,
+		listPlanTasksScript, restoreIndexScript, claimIdempotencyScript, finishIdempotencyScript,
 	}
 )
 

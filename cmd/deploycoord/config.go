@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/deploycoord/deploycoord/httpapi"
 )
 
 // Config is the server's configuration. Every field has an environment
@@ -31,6 +34,17 @@ type Config struct {
 	ShutdownGrace   time.Duration
 	MaxTenants      int
 	MaxBodyBytes    int64
+
+	// Tokens are the API tokens of DEPLOYCOORD_TOKENS and
+	// DEPLOYCOORD_TOKENS_FILE, with only the SHA-256 of each secret.
+	Tokens         []httpapi.Token
+	TokensFile     string
+	TrustedProxies []netip.Prefix
+	// RateLimit changes per RateWindow and token (-1: no limit).
+	RateLimit      int
+	RateWindow     time.Duration
+	MaxInFlight    int
+	IdempotencyTTL time.Duration
 }
 
 // setting is one configuration entry: its flag name, environment variable,
@@ -84,6 +98,22 @@ func settings() []setting {
 				c.MaxBodyBytes = n
 				return err
 			}},
+		{"tokens", "DEPLOYCOORD_TOKENS", "", "API tokens, comma-separated name:role:secret (role viewer or operator, secret of 16+ characters); a flag shows in process listings: prefer the file",
+			func(c *Config, v string) (err error) { c.Tokens, err = parseTokenList(v); return err }},
+		{"tokens-file", "DEPLOYCOORD_TOKENS_FILE", "", "file of API tokens, one name:role:secret a line (# comments)",
+			func(c *Config, v string) error { c.TokensFile = v; return nil }},
+		{"trusted-proxies", "DEPLOYCOORD_TRUSTED_PROXIES", "", "reverse proxies (IPs or CIDRs, comma-separated) whose X-Forwarded-For is believed",
+			func(c *Config, v string) (err error) { c.TrustedProxies, err = parseProxies(v); return err }},
+		{"rate-limit", "DEPLOYCOORD_RATE_LIMIT", "60/m", "changes (POST/DELETE) one token may send per window on one instance: <n>/<s|m|h|duration>, or off",
+			func(c *Config, v string) (err error) { c.RateLimit, c.RateWindow, err = parseRate(v); return err }},
+		{"max-in-flight", "DEPLOYCOORD_MAX_IN_FLIGHT", "256", "requests served at once; more are answered 503 (health checks exempt)",
+			func(c *Config, v string) error {
+				n, err := strconv.Atoi(v)
+				c.MaxInFlight = n
+				return err
+			}},
+		{"idempotency-ttl", "DEPLOYCOORD_IDEMPOTENCY_TTL", "24h", "how long the first answer to a request with an Idempotency-Key is replayed",
+			durationSetter(func(c *Config) *time.Duration { return &c.IdempotencyTTL })},
 	}
 }
 
@@ -137,6 +167,9 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
+	if err := c.loadTokensFile(); err != nil {
+		return c, err
+	}
 	if c.InstanceID == "" {
 		host, _ := os.Hostname()
 		c.InstanceID = sanitizeID(fmt.Sprintf("%s-%d", host, os.Getpid()))
@@ -186,6 +219,15 @@ func (c Config) validate() error {
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("DEPLOYCOORD_MAX_BODY_BYTES %d: at least 1024", c.MaxBodyBytes))
+	}
+	if c.MaxInFlight < 1 {
+		errs = append(errs, fmt.Errorf("DEPLOYCOORD_MAX_IN_FLIGHT %d: at least 1", c.MaxInFlight))
+	}
+	if c.IdempotencyTTL < time.Minute {
+		errs = append(errs, fmt.Errorf("DEPLOYCOORD_IDEMPOTENCY_TTL %s: at least 1m", c.IdempotencyTTL))
+	}
+	if err := checkExposure(c.Listen, len(c.Tokens)); err != nil {
+		errs = append(errs, err)
 	}
 	switch c.LogFormat {
 	case "json", "console":

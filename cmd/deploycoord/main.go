@@ -151,8 +151,14 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	handler := httpapi.New(m.coord, httpapi.Config{
 		Logger: &log, MaxBodyBytes: c.MaxBodyBytes, Version: Version,
-		Ready: func(ctx context.Context) error { return m.client.Ping(ctx).Err() },
+		Ready:  func(ctx context.Context) error { return m.client.Ping(ctx).Err() },
+		Tokens: c.Tokens, TrustedProxies: c.TrustedProxies, RateLimit: c.RateLimit, RateWindow: c.RateWindow,
+		MaxInFlight: c.MaxInFlight, Idempotency: redisStore.Idempotency(), IdempotencyTTL: c.IdempotencyTTL,
 	})
+	if len(c.Tokens) == 0 {
+		m.Log.Warn().Str("listen", c.Listen).Msg("no API tokens configured (DEPLOYCOORD_TOKENS_FILE, DEPLOYCOORD_TOKENS): " +
+			"every request is served as \"anonymous\" with role operator; the API listens on loopback only")
+	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)

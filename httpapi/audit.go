@@ -1,0 +1,50 @@
+package httpapi
+
+import (
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/rs/zerolog/hlog"
+)
+
+// auditRequest writes the audit line of a mutating request, or of any
+// request refused with 401, 403 or 429: who (token name and role), what
+// (the route), on what (plan or tenant id), why (the body's reason), from
+// where, under which request id, and how it ended. A refused request is
+// logged at Warn with the reason it was refused. Tokens never appear: only
+// their names.
+func (a *api) auditRequest(r *http.Request, info *requestInfo, route string, status int) {
+	log := hlog.FromRequest(r)
+	ev := log.Info()
+	if info.denied != "" {
+		ev = log.Warn().Str("denied", info.denied)
+	}
+	if info.planID != "" {
+		ev = ev.Str("plan_id", info.planID)
+	}
+	if info.tenantID != "" {
+		ev = ev.Str("tenant_id", info.tenantID)
+	}
+	if info.idemKey != "" {
+		ev = ev.Str("idempotency_key", info.idemKey).Bool("replayed", info.replayed)
+	}
+	ev.Str("actor", info.actor).Str("role", string(info.role)).Str("action", r.Method+" "+route).
+		Str("reason", info.reason).Str("client_addr", info.client).Int("status", status).Msg("audit")
+}
+
+// noteReason records the reason of a request's body for the audit log.
+func noteReason(r *http.Request, reason string) {
+	reason = strings.ToValidUTF8(reason, string(utf8.RuneError))
+	if len(reason) > maxAuditReason {
+		cut := maxAuditReason
+		for cut > 0 && !utf8.RuneStart(reason[cut]) {
+			cut--
+		}
+		reason = reason[:cut] + "…"
+	}
+	infoOf(r).reason = reason
+}
+
+// notePlan records the id of the plan a request created, for the audit log.
+func notePlan(r *http.Request, planID string) { infoOf(r).planID = planID }
