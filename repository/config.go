@@ -17,6 +17,11 @@ const (
 	// ScanMax is the most list entries one filtered listing call examines
 	// (PlanTasks with a status filter, Plans with a status filter).
 	ScanMax = 10_000
+	// EventsMaxDefault is about how many entries the event feed keeps.
+	EventsMaxDefault = 100_000
+	// InstancePruneAfter is how long an instance stays listed after its
+	// last heartbeat.
+	InstancePruneAfter = 24 * time.Hour
 )
 
 // Config configures the Redis store. Zero fields mean the default.
@@ -33,8 +38,14 @@ type Config struct {
 	// Batch is how many tasks one plan-creation pipeline carries (default
 	// BatchDefault).
 	Batch int
+	// EventsMax is about how many entries the event feed keeps (default
+	// EventsMaxDefault): every publication trims it with XADD MAXLEN ~, so
+	// Redis keeps at least EventsMax entries and at most about one stream
+	// node (stream-node-max-entries, 100 by default) more.
+	EventsMax int
 	// Clock gives the time written by the store itself (plan status times,
-	// pruning of the plans index); default time.Now.
+	// pruning of the plans and instances indexes, feed events without a
+	// time); default time.Now.
 	Clock func() time.Time
 }
 
@@ -43,6 +54,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.TTL = cmp.Or(c.TTL, TTLDefault)
 	c.TimelineMax = cmp.Or(c.TimelineMax, task.MaxTimeline)
 	c.Batch = cmp.Or(c.Batch, BatchDefault)
+	c.EventsMax = cmp.Or(c.EventsMax, EventsMaxDefault)
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -53,6 +65,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: TimelineMax %d must be positive", ErrConfig, c.TimelineMax)
 	case c.Batch < 1:
 		return c, fmt.Errorf("%w: Batch %d must be positive", ErrConfig, c.Batch)
+	case c.EventsMax < 1:
+		return c, fmt.Errorf("%w: EventsMax %d must be positive", ErrConfig, c.EventsMax)
 	}
 	return c, nil
 }

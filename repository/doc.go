@@ -27,7 +27,13 @@
 //	{p}index:tenant:{tenantId}:history     ZSET    the tenant's task ids by creation ms    Config.TTL
 //	{p}lock:tenant:{tenantId}              STRING  lock value (package tenantlock)         lease
 //	{p}fence:tenant:{tenantId}             STRING  fencing counter (package tenantlock)    none
-//	{p}events                              STREAM  event feed (later)                      MAXLEN
+//	{p}events                              STREAM  event feed (FeedEvent fields)           MAXLEN ~
+//	                                                                                       Config.EventsMax
+//	{p}instances                           ZSET    instance ids by last heartbeat ms       none (pruned
+//	                                                                                       on register)
+//	{p}instance:{<id>}                     HASH    instance record (id, addr, version,     registration
+//	                                               startedAt, lastSeen, tasksRunning,      ttl
+//	                                               singleInstance)
 //
 // Writes refresh the TTL of what they touch (a task write: record, timeline,
 // checkpoint, index, history, and the taskref when the counts move).
@@ -123,6 +129,14 @@
 //	                                          candidates with a status filter, up to ScanMax)
 //	RepairCounts                         2 + ceil(tasks/Batch)  (list + ledger, record batches, script;
 //	                                          +1 a batch for tasks whose ledger lost the tenant)
+//	TasksByTenant (≤ 1 000 tenants)      2   pipelined GET index, then pipelined HGETALL + GET checkpoint
+//	RunningByOwner                       1   HMGET RUNNING@<owner>…, O(owners)
+//	RegisterInstance, DeregisterInstance 1   pipeline (HSET + PEXPIRE + ZADD + prune; DEL + ZADD XX)
+//	Instances                            2   ZREVRANGE, then pipelined HGETALLs
+//	PublishEvents                        1   pipelined XADDs
+//	ReadEvents                           1   XREAD (+1 XREVRANGE for "$"; a filtered read takes one
+//	                                          more per chunk, up to FeedScanFactor × Limit entries)
+//	ServerInfo, ServerRunID              1   INFO server (+ CONFIG GET × 4, pipelined)
 //
 // (+1, once per store or after NOSCRIPT, to load the scripts.)
 //
@@ -137,12 +151,74 @@
 // context.Canceled. After an unavailable error on a write its outcome is
 // unknown: the record's seq tells.
 //
+// # Instances
+//
+// Every instance registers itself with a heartbeat (RegisterInstance, ttl =
+// the lease): its record expires with the ttl, its entry in {p}instances
+// (score = last heartbeat) stays for InstancePruneAfter (a day), pruned by
+// later registrations. Instances lists the index newest first; an instance
+// whose record expired (crashed) or was removed (DeregisterInstance, a clean
+// shutdown, which sets the entry's score to the time it left) is listed with
+// its id and last-seen time only, so "last seen 3 min ago" stays visible.
+// The coordinator counts a plan's orphaned tasks as RUNNING minus
+// RunningByOwner of the live instances.
+//
+// # Event feed
+//
+// PublishEvents appends to the stream {p}events with XADD MAXLEN ~
+// Config.EventsMax (default 100 000): retention is a count, not a time —
+// Redis keeps at least EventsMax entries and at most about one stream node
+// (stream-node-max-entries, 100) more, so a reader that falls further behind
+// silently skips what was trimmed (the task timelines keep each task's
+// history). Entry ids are the cursors ("<ms>-<seq>"; "" reads from the
+// oldest kept, "$" from now on, turned into the concrete last id). Filters
+// are applied in Go: a call examines at most FeedScanFactor × Limit entries
+// and returns the id of the last entry examined, so a client never reads an
+// entry twice. A long poll (wait > 0) is XREAD BLOCK, ending 100ms before
+// the context's deadline; it holds one pooled connection while it waits.
+//
+// # Server self-check
+//
+// ServerInfo reads the run id (its change means a restart or failover) and
+// the settings that decide whether data survives: maxmemory-policy must be
+// noeviction (an evicted lock, fence or record breaks the guarantees) and
+// persistence should be on. Fields Redis will not tell (CONFIG renamed,
+// disabled or not permitted; miniredis) are Unknown; ServerInfo.Warnings
+// explains each risk.
+//
 // # Memory and Dual
 //
 // Memory applies the same checks (the lock through MemoryConfig.LockValue),
 // counts, plan.Derive and paging in process memory, with deep copies in and
-// out. Dual writes to Redis first — the scripts decide — and mirrors accepted
-// writes into a Memory with DropFinished, which keeps only unfinished tasks
-// and plans. It reads Redis and falls back to memory only when Redis is
-// unreachable, reporting Degraded until a Redis call succeeds again.
+// out; its feed is a ring of exactly MemoryConfig.EventsMax entries. Dual
+// writes to Redis first — the scripts decide — and mirrors accepted writes
+// into a Memory with DropFinished, which keeps only unfinished tasks and
+// plans. It reads Redis and falls back to memory only when Redis is
+// unreachable, reporting Degraded until a Redis call succeeds again. The
+// event feed is Redis' only (unavailable when Redis is).
+//
+// When Redis cannot take a write, Dual has two modes (DESIGN §5):
+//
+//	several instances (default)   the write fails (*UnavailableError); the caller keeps it and
+//	                              retries it through the fenced script when Redis is back. Memory
+//	                              takes it as pending: the record, checkpoint and counts are
+//	                              overwritten, the timeline entries kept apart, the aggregate kept
+//	                              even if finished. When the same write succeeds later (or is
+//	                              refused because its first attempt had landed) the pending copy
+//	                              is replaced, never applied twice; a refusal drops it.
+//	single instance               the write is applied to memory with its checks (fence, seq; no
+//	(DualConfig.SingleInstance)   lock check: leases are in-process) and queued; the call succeeds.
+//	                              While the queue is not empty every write queues behind it, reads
+//	                              come from memory (Redis for what memory lacks), Degraded is true,
+//	                              RepairCounts is unavailable and queued aggregates stay in memory.
+//	                              The flusher (Start/Close) pings Redis every ProbeInterval and
+//	                              writes the queue back in order through the normal methods; a task
+//	                              write carries the id of its first attempt, so one that reached
+//	                              Redis before the timeout is not applied twice; a plan creation
+//	                              that did is rewritten whole (a request that did is stored again:
+//	                              its timeline entry may appear twice). A write-back Redis refuses
+//	                              (e.g. the records are gone after a restart without persistence)
+//	                              goes to DualConfig.OnReplayError and is dropped; an unreachable
+//	                              Redis stops the flush until the next probe. Heartbeats are
+//	                              queued too; Beat accepts an empty lock value (fence check only).
 package repository

@@ -3,6 +3,9 @@ package repository
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,28 +14,110 @@ import (
 	"github.com/deploycoord/deploycoord/task"
 )
 
+// Defaults of DualConfig.
+const (
+	// ProbeIntervalDefault is how often the write-behind flusher pings Redis
+	// while writes are queued.
+	ProbeIntervalDefault = 500 * time.Millisecond
+	// ReplayTimeoutDefault bounds each write-back call to Redis.
+	ReplayTimeoutDefault = 5 * time.Second
+)
+
+// DualConfig configures the Dual store. Zero fields mean the default.
+type DualConfig struct {
+	// SingleInstance selects the single-instance outage mode (DESIGN §5):
+	// a write Redis cannot take is applied to memory and queued, the call
+	// succeeds, and the flusher (Start) writes the queue back in order when
+	// Redis answers. Without it (several instances), such a write fails and
+	// is mirrored into memory as pending, for the caller to retry.
+	SingleInstance bool
+	// ProbeInterval is how often the flusher pings Redis while writes are
+	// queued (default ProbeIntervalDefault).
+	ProbeInterval time.Duration
+	// ReplayTimeout bounds each write-back call (default ReplayTimeoutDefault).
+	ReplayTimeout time.Duration
+	// OnReplayError is called with each queued operation Redis refused when
+	// it was written back (a fenced write refused, a plan transition no
+	// longer allowed, a record gone after Redis lost its data); the
+	// operation is dropped. Log it. Default: ignored.
+	OnReplayError func(error)
+}
+
 // Dual is the double-writing store of DESIGN §4. Writes go to Redis first,
 // which decides (the fenced scripts); a write Redis accepted is mirrored into
 // the memory store, which should keep only unfinished aggregates
-// (MemoryConfig.DropFinished) to stay bounded. A write that fails is not
-// mirrored: with Redis unreachable it returns the *UnavailableError.
+// (MemoryConfig.DropFinished) to stay bounded.
 //
 // Reads go to Redis. When Redis is unreachable they are answered from memory
 // and Degraded reports true until a Redis call succeeds again; an answer
 // memory does not have (not found) returns the Redis error instead, since
-// Redis may well hold it.
+// Redis may well hold it. The event feed is Redis' only.
+//
+// A write Redis cannot take (an *UnavailableError) depends on the mode:
+//
+//   - several instances (the default): the write fails — the caller keeps
+//     it and retries it through the fenced scripts when Redis is back — but
+//     memory takes it as pending, so degraded reads show the newest state
+//     this instance knows. The same write, accepted later, replaces the
+//     pending copy (its timeline entries are not added twice).
+//   - single instance (DualConfig.SingleInstance): the write is applied to
+//     memory with the memory store's checks (fence and seq; the lock check
+//     is skipped, leases being in-process) and queued; the call succeeds.
+//     While writes are queued every later write is queued behind them, reads
+//     come from memory (then Redis for what memory lacks), Degraded is true
+//     and the aggregates stay in memory. The flusher started by Start
+//     writes the queue back in order as soon as Redis answers a PING; a
+//     write-back Redis refuses is reported to DualConfig.OnReplayError and
+//     dropped.
 type Dual struct {
 	mem      *Memory
 	r        *Redis
+	cfg      DualConfig
 	degraded atomic.Bool
+
+	// mu guards the queue; it is held while an operation is applied to
+	// memory and queued, so the two orders agree.
+	mu    sync.Mutex
+	queue []*queuedOp
+	// wake tells the flusher that the queue grew.
+	wake chan struct{}
+	// drainMu keeps the flusher and Close from writing back at once.
+	drainMu sync.Mutex
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
-// NewDual returns the store writing to r and mirroring into mem.
-func NewDual(mem *Memory, r *Redis) *Dual { return &Dual{mem: mem, r: r} }
+// NewDual returns the store writing to r and mirroring into mem, configured
+// by cfg (at most one; none means the defaults: several instances).
+func NewDual(mem *Memory, r *Redis, cfg ...DualConfig) *Dual {
+	var c DualConfig
+	if len(cfg) > 0 {
+		c = cfg[0]
+	}
+	if c.ProbeInterval <= 0 {
+		c.ProbeInterval = ProbeIntervalDefault
+	}
+	if c.ReplayTimeout <= 0 {
+		c.ReplayTimeout = ReplayTimeoutDefault
+	}
+	if c.OnReplayError == nil {
+		c.OnReplayError = func(error) {}
+	}
+	return &Dual{mem: mem, r: r, cfg: c, wake: make(chan struct{}, 1)}
+}
 
-// Degraded reports whether the last call found Redis unreachable (answers
-// come from memory) and no Redis call has succeeded since.
-func (d *Dual) Degraded() bool { return d.degraded.Load() }
+// Degraded reports whether answers may come from memory: the last Redis
+// call found it unreachable and none has succeeded since, or (single
+// instance) writes wait to be written back.
+func (d *Dual) Degraded() bool { return d.degraded.Load() || d.Pending() > 0 }
+
+// Pending returns how many operations wait to be written back to Redis
+// (single-instance mode; always 0 otherwise).
+func (d *Dual) Pending() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.queue)
+}
 
 // Redis returns the Redis half.
 func (d *Dual) Redis() *Redis { return d.r }
@@ -59,6 +144,13 @@ func isNotFound(err error) bool {
 	return errors.Is(err, task.ErrNotFound) || errors.Is(err, plan.ErrNotFound) || errors.Is(err, checkpoint.ErrNotFound)
 }
 
+// missing reports whether memory could not take an operation because it
+// does not hold the aggregate.
+func missing(err error) bool {
+	var re *task.RefusedError
+	return isNotFound(err) || (errors.As(err, &re) && re.Reason == task.RefusedMissing)
+}
+
 // fallback returns the memory answer when Redis was unreachable, unless
 // memory does not know the answer either.
 func fallback[T any](d *Dual, v T, err error, mem func() (T, error)) (T, error) {
@@ -73,22 +165,354 @@ func fallback[T any](d *Dual, v T, err error, mem func() (T, error)) (T, error) 
 	return mv, merr
 }
 
-// CreatePlan stores the plan in Redis, then in memory.
-func (d *Dual) CreatePlan(ctx context.Context, p *plan.Plan, tasks []*task.Task) error {
-	err := d.r.CreatePlan(ctx, p, tasks)
-	d.observe(err)
-	if err == nil {
-		d.mem.mirrorCreate(p, tasks)
+// queued reports whether writes wait to be written back: memory holds the
+// newest state.
+func (d *Dual) queued() bool { return d.cfg.SingleInstance && d.Pending() > 0 }
+
+// read answers from memory while writes are queued (from Redis for what
+// memory does not hold), else from Redis with the memory fallback.
+func read[T any](d *Dual, fromRedis, fromMem func() (T, error)) (T, error) {
+	if d.queued() {
+		v, err := fromMem()
+		if err == nil || !isNotFound(err) {
+			return v, err
+		}
+	}
+	v, err := fromRedis()
+	return fallback(d, v, err, fromMem)
+}
+
+// ---- write-behind queue (single-instance mode) ------------------------------
+
+type opKind int
+
+const (
+	opCreatePlan opKind = iota
+	opUpdatePlan
+	opWriteTask
+	opRequestTask
+	opBeat
+)
+
+// queuedOp is an operation applied to memory and waiting to be written back
+// to Redis, with its own copies of the caller's values.
+type queuedOp struct {
+	kind     opKind
+	plan     *plan.Plan
+	tasks    []*task.Task
+	from     []plan.Status
+	write    task.Write
+	writeID  string
+	tenantID string
+	taskID   string
+	req      task.Request
+	ev       task.Event
+	guard    task.Guard
+	at       time.Time
+	// holdTask and holdPlan name what memory keeps for it (releaseQueued).
+	holdTask, holdPlan string
+}
+
+func (op *queuedOp) String() string {
+	switch op.kind {
+	case opCreatePlan:
+		return "creation of plan " + op.plan.ID
+	case opUpdatePlan:
+		return fmt.Sprintf("update of plan %s to %s", op.plan.ID, op.plan.Status)
+	case opWriteTask:
+		return fmt.Sprintf("write of task %s (%s, seq %d)", op.write.Task.ID, op.write.Task.Status, op.write.ExpectSeq+1)
+	case opRequestTask:
+		return fmt.Sprintf("%s request of task %s", op.req, op.taskID)
+	default:
+		return "heartbeat of task " + op.taskID
+	}
+}
+
+// behind queues an operation behind those already queued (single-instance
+// mode): apply puts it in memory and returns it. It reports false, doing
+// nothing, when the queue is empty. An operation memory cannot take because
+// it does not hold the aggregate fails as unavailable.
+func (d *Dual) behind(what string, apply func() (*queuedOp, error)) (bool, error) {
+	if !d.cfg.SingleInstance {
+		return false, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.queue) == 0 {
+		return false, nil
+	}
+	err := d.pushLocked(apply)
+	if missing(err) {
+		return true, &UnavailableError{Op: what, msg: "writes to redis are queued (single-instance mode) and memory does not hold it"}
+	}
+	return true, err
+}
+
+// enqueue queues an operation Redis could not take (single-instance mode).
+// When memory does not hold the aggregate it returns redisErr.
+func (d *Dual) enqueue(redisErr error, apply func() (*queuedOp, error)) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	err := d.pushLocked(apply)
+	if missing(err) {
+		return redisErr
 	}
 	return err
 }
 
-// UpdatePlan updates the plan in Redis, then in memory.
+func (d *Dual) pushLocked(apply func() (*queuedOp, error)) error {
+	op, err := apply()
+	if err != nil || op == nil {
+		return err
+	}
+	d.queue = append(d.queue, op)
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Start starts the flusher that writes queued operations back to Redis
+// (single-instance mode; it does nothing otherwise): while the queue is not
+// empty it pings Redis every DualConfig.ProbeInterval and, when Redis
+// answers, writes the queue back in order. It runs until ctx ends or Close.
+func (d *Dual) Start(ctx context.Context) {
+	if !d.cfg.SingleInstance {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done != nil {
+		return
+	}
+	ctx, d.cancel = context.WithCancel(ctx)
+	d.done = make(chan struct{})
+	go d.flushLoop(ctx, d.done)
+}
+
+// Close stops the flusher and makes a last attempt to write the queue back
+// (within DualConfig.ReplayTimeout per operation). It returns an error
+// matching ErrUnavailable when operations are left: they are lost.
+func (d *Dual) Close() error {
+	d.mu.Lock()
+	cancel, done := d.cancel, d.done
+	d.cancel = nil
+	d.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	if d.Pending() == 0 {
+		return nil
+	}
+	d.drain(context.Background())
+	if n := d.Pending(); n > 0 {
+		return fmt.Errorf("close dual store: %d queued writes were not written back to redis: %w", n, ErrUnavailable)
+	}
+	return nil
+}
+
+func (d *Dual) flushLoop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	for {
+		if d.Pending() > 0 {
+			if d.drain(ctx) {
+				continue
+			}
+			// Redis does not answer: probe again later (enqueues do not wake us).
+			t := time.NewTimer(d.cfg.ProbeInterval)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.wake:
+		}
+	}
+}
+
+// drain writes the queue back in order once Redis answers a PING. It
+// returns true when the queue is empty, false when Redis stopped answering
+// (or ctx ended) with operations left.
+func (d *Dual) drain(ctx context.Context) bool {
+	d.drainMu.Lock()
+	defer d.drainMu.Unlock()
+	pctx, cancel := context.WithTimeout(ctx, d.cfg.ReplayTimeout)
+	err := d.r.c.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		d.observe(wrapErr(pctx, "probe redis", err))
+		return false
+	}
+	d.observe(nil)
+	for {
+		d.mu.Lock()
+		if len(d.queue) == 0 {
+			d.mu.Unlock()
+			return true
+		}
+		op := d.queue[0]
+		d.mu.Unlock()
+		rctx, cancel := context.WithTimeout(ctx, d.cfg.ReplayTimeout)
+		err := d.replay(rctx, op)
+		cancel()
+		if ctx.Err() != nil || IsUnavailable(err) {
+			d.observe(err)
+			return false
+		}
+		if err != nil {
+			d.cfg.OnReplayError(fmt.Errorf("write back %s: %w", op, err))
+		}
+		d.mu.Lock()
+		d.queue[0] = nil
+		d.queue = d.queue[1:]
+		d.mu.Unlock()
+		d.mem.releaseQueued(op.holdTask, op.holdPlan)
+	}
+}
+
+// replay sends one queued operation to Redis through the normal methods. A
+// task write carries the id of its first attempt, so a write that reached
+// Redis before the outage was noticed succeeds again without being applied
+// twice. A plan creation that reached Redis (maybe in part) is deleted and
+// written again whole: no later operation on it has been written back yet.
+func (d *Dual) replay(ctx context.Context, op *queuedOp) error {
+	switch op.kind {
+	case opCreatePlan:
+		err := d.r.CreatePlan(ctx, op.plan, op.tasks)
+		if !errors.Is(err, ErrPlanExists) {
+			return err
+		}
+		pk, _ := d.r.keys.planKeys(op.plan.ID)
+		tks := make([]taskKeys, len(op.tasks))
+		for i, t := range op.tasks {
+			tks[i], _ = d.r.keys.taskKeys(t.TenantID, t.ID)
+		}
+		d.r.rollbackPlan(ctx, pk, op.plan.ID, tks)
+		return d.r.CreatePlan(ctx, op.plan, op.tasks)
+	case opUpdatePlan:
+		return d.r.UpdatePlan(ctx, op.plan, op.from...)
+	case opWriteTask:
+		_, err := d.r.writeTask(ctx, op.write, op.writeID)
+		return err
+	case opRequestTask:
+		_, _, err := d.r.requestTask(ctx, op.tenantID, op.taskID, op.req, op.ev)
+		return err
+	default:
+		return d.r.Beat(ctx, op.tenantID, op.taskID, op.guard, op.at)
+	}
+}
+
+// copyWrite returns a deep copy of w for the queue.
+func copyWrite(w task.Write) (task.Write, error) {
+	t, err := copyTaskIn(w.Task)
+	if err != nil {
+		return w, err
+	}
+	w.Task = t
+	if w.Checkpoint != nil {
+		b, err := w.Checkpoint.Marshal()
+		if err != nil {
+			return w, err
+		}
+		cp, err := checkpoint.Unmarshal(b)
+		if err != nil {
+			return w, err
+		}
+		w.Checkpoint = &cp
+	}
+	if w.Events, err = normalize(w.Events); err != nil {
+		return w, err
+	}
+	return w, nil
+}
+
+func copyTasksIn(tasks []*task.Task) ([]*task.Task, error) {
+	out := make([]*task.Task, len(tasks))
+	for i, t := range tasks {
+		c, err := copyTaskIn(t)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = c
+	}
+	return out, nil
+}
+
+// ---- plans -----------------------------------------------------------------
+
+// CreatePlan stores the plan in Redis, then in memory. In single-instance
+// mode a plan Redis cannot take is created in memory and queued.
+func (d *Dual) CreatePlan(ctx context.Context, p *plan.Plan, tasks []*task.Task) error {
+	apply := func() (*queuedOp, error) {
+		cp, err := copyPlanIn(p)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", plan.ErrInvalid, err)
+		}
+		cts, err := copyTasksIn(tasks)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", task.ErrInvalid, err)
+		}
+		if err := d.mem.createQueued(p, tasks); err != nil {
+			return nil, err
+		}
+		return &queuedOp{kind: opCreatePlan, plan: cp, tasks: cts, holdPlan: p.ID}, nil
+	}
+	if err := checkNewPlan(p, tasks); err != nil {
+		return err
+	}
+	if ok, err := d.behind("create plan "+p.ID, apply); ok {
+		return err
+	}
+	err := d.r.CreatePlan(ctx, p, tasks)
+	d.observe(err)
+	switch {
+	case err == nil:
+		d.mem.mirrorCreate(p, tasks)
+	case IsUnavailable(err) && d.cfg.SingleInstance:
+		return d.enqueue(err, apply)
+	}
+	return err
+}
+
+// UpdatePlan updates the plan in Redis, then in memory (see Dual for a
+// plan Redis cannot take).
 func (d *Dual) UpdatePlan(ctx context.Context, p *plan.Plan, from ...plan.Status) error {
+	if p == nil {
+		return fmt.Errorf("%w: update plan: nil plan", plan.ErrInvalid)
+	}
+	apply := func() (*queuedOp, error) {
+		cp, err := copyPlanIn(p)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", plan.ErrInvalid, err)
+		}
+		if err := d.mem.updatePlanQueued(p, from); err != nil {
+			return nil, err
+		}
+		return &queuedOp{kind: opUpdatePlan, plan: cp, from: slices.Clone(from), holdPlan: p.ID}, nil
+	}
+	if ok, err := d.behind("update plan "+p.ID, apply); ok {
+		return err
+	}
 	err := d.r.UpdatePlan(ctx, p, from...)
 	d.observe(err)
-	if err == nil {
+	var te *plan.TransitionError
+	switch {
+	case err == nil:
 		d.mem.mirrorPlan(p)
+	case IsUnavailable(err) && d.cfg.SingleInstance:
+		return d.enqueue(err, apply)
+	case IsUnavailable(err):
+		d.mem.mirrorPendingPlan(p, from)
+	case errors.Is(err, plan.ErrNotFound), errors.As(err, &te):
+		d.mem.resolvePendingPlan(p.ID)
 	}
 	return err
 }
@@ -98,10 +522,12 @@ type planAndCounts struct {
 	c plan.Counts
 }
 
-// Plan reads Redis, or memory when Redis is unreachable.
+// Plan reads Redis, or memory (see Dual).
 func (d *Dual) Plan(ctx context.Context, planID string) (*plan.Plan, plan.Counts, error) {
-	p, c, err := d.r.Plan(ctx, planID)
-	v, err := fallback(d, planAndCounts{p, c}, err, func() (planAndCounts, error) {
+	v, err := read(d, func() (planAndCounts, error) {
+		p, c, err := d.r.Plan(ctx, planID)
+		return planAndCounts{p, c}, err
+	}, func() (planAndCounts, error) {
 		p, c, err := d.mem.Plan(ctx, planID)
 		return planAndCounts{p, c}, err
 	})
@@ -113,28 +539,36 @@ type page[T any] struct {
 	next  string
 }
 
-// Plans reads Redis, or memory when Redis is unreachable.
+// Plans reads Redis, or memory (see Dual).
 func (d *Dual) Plans(ctx context.Context, f plan.ListFilter) ([]*plan.Plan, string, error) {
-	ps, next, err := d.r.Plans(ctx, f)
-	v, err := fallback(d, page[*plan.Plan]{ps, next}, err, func() (page[*plan.Plan], error) {
+	v, err := read(d, func() (page[*plan.Plan], error) {
+		ps, next, err := d.r.Plans(ctx, f)
+		return page[*plan.Plan]{ps, next}, err
+	}, func() (page[*plan.Plan], error) {
 		ps, next, err := d.mem.Plans(ctx, f)
 		return page[*plan.Plan]{ps, next}, err
 	})
 	return v.items, v.next, err
 }
 
-// PlanTasks reads Redis, or memory when Redis is unreachable.
+// PlanTasks reads Redis, or memory (see Dual).
 func (d *Dual) PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) ([]*task.Task, string, error) {
-	ts, next, err := d.r.PlanTasks(ctx, planID, f)
-	v, err := fallback(d, page[*task.Task]{ts, next}, err, func() (page[*task.Task], error) {
+	v, err := read(d, func() (page[*task.Task], error) {
+		ts, next, err := d.r.PlanTasks(ctx, planID, f)
+		return page[*task.Task]{ts, next}, err
+	}, func() (page[*task.Task], error) {
 		ts, next, err := d.mem.PlanTasks(ctx, planID, f)
 		return page[*task.Task]{ts, next}, err
 	})
 	return v.items, v.next, err
 }
 
-// RepairCounts repairs the counts in Redis and copies them into memory.
+// RepairCounts repairs the counts in Redis and copies them into memory. It
+// fails as unavailable while writes are queued (Redis' records are behind).
 func (d *Dual) RepairCounts(ctx context.Context, planID string) (plan.Counts, error) {
+	if d.queued() {
+		return nil, &UnavailableError{Op: "repair counts of plan " + planID, msg: "writes to redis are queued (single-instance mode)"}
+	}
 	c, err := d.r.RepairCounts(ctx, planID)
 	d.observe(err)
 	if err == nil {
@@ -143,34 +577,122 @@ func (d *Dual) RepairCounts(ctx context.Context, planID string) (plan.Counts, er
 	return c, err
 }
 
+// RunningByOwner reads Redis, or memory (see Dual).
+func (d *Dual) RunningByOwner(ctx context.Context, planID string, owners []string) (map[string]int, error) {
+	return read(d, func() (map[string]int, error) {
+		return d.r.RunningByOwner(ctx, planID, owners)
+	}, func() (map[string]int, error) {
+		return d.mem.RunningByOwner(ctx, planID, owners)
+	})
+}
+
+// ---- tasks -----------------------------------------------------------------
+
 // WriteTask writes to Redis (the fenced script decides) and mirrors an
-// accepted write into memory.
+// accepted write into memory (see Dual for a write Redis cannot take).
 func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, error) {
-	res, err := d.r.WriteTask(ctx, w)
+	if err := checkWrite(w); err != nil {
+		return task.WriteResult{}, err
+	}
+	writeID := newWriteID()
+	var memRes task.WriteResult
+	apply := func() (*queuedOp, error) {
+		cw, err := copyWrite(w)
+		if err != nil {
+			return nil, fmt.Errorf("%w: write task %s: %v", task.ErrInvalid, w.Task.ID, err)
+		}
+		if memRes, err = d.mem.write(w, true); err != nil {
+			return nil, err
+		}
+		return &queuedOp{kind: opWriteTask, write: cw, writeID: writeID, holdTask: w.Task.ID}, nil
+	}
+	if ok, err := d.behind("write task "+w.Task.ID, apply); ok {
+		return memRes, err
+	}
+	res, err := d.r.writeTask(ctx, w, writeID)
 	d.observe(err)
 	if res.Seq > 0 {
 		// Also when the counts update failed after the record was written.
 		d.mem.mirrorWrite(w, res)
+		return res, err
+	}
+	var re *task.RefusedError
+	switch {
+	case IsUnavailable(err) && d.cfg.SingleInstance:
+		if err := d.enqueue(err, apply); err != nil {
+			return task.WriteResult{}, err
+		}
+		return memRes, nil
+	case IsUnavailable(err):
+		d.mem.mirrorPendingWrite(w)
+	case errors.As(err, &re):
+		// A retry refused because its first attempt landed after all: the
+		// record holds this writer's next seq, fence and owner.
+		landed := re.Reason == task.RefusedSeq && re.Seq == w.ExpectSeq+1 &&
+			re.Fence == w.Guard.Fence && re.Owner == w.Task.Owner
+		d.mem.resolvePendingWrite(w.Task.ID, w.ExpectSeq, landed)
 	}
 	return res, err
 }
 
-// RequestTask stores the request in Redis and mirrors it into memory.
+// RequestTask stores the request in Redis and mirrors it into memory (see
+// Dual for a request Redis cannot take).
 func (d *Dual) RequestTask(ctx context.Context, tenantID, taskID string, r task.Request, ev task.Event) (*task.Task, error) {
+	var memTask *task.Task
+	apply := func() (*queuedOp, error) {
+		e, err := normalize(ev)
+		if err != nil {
+			return nil, fmt.Errorf("%w: request task %s: event: %v", task.ErrInvalid, taskID, err)
+		}
+		t, applied, err := d.mem.requestQueued(tenantID, taskID, r, ev)
+		if err != nil {
+			return nil, err
+		}
+		memTask = t
+		if !applied {
+			return nil, nil
+		}
+		return &queuedOp{kind: opRequestTask, tenantID: tenantID, taskID: taskID, req: r, ev: e, holdTask: taskID}, nil
+	}
+	if ok, err := d.behind("request task "+taskID, apply); ok {
+		return memTask, err
+	}
 	t, applied, err := d.r.requestTask(ctx, tenantID, taskID, r, ev)
 	d.observe(err)
-	if err == nil {
-		d.mem.mirrorRequest(t, applied, ev)
+	switch {
+	case err == nil:
+		d.mem.mirrorRequest(t, r, applied, ev)
+	case IsUnavailable(err) && d.cfg.SingleInstance:
+		if err := d.enqueue(err, apply); err != nil {
+			return nil, err
+		}
+		return memTask, nil
+	case IsUnavailable(err):
+		d.mem.mirrorPendingRequest(tenantID, taskID, r, ev)
 	}
 	return t, err
 }
 
-// Beat refreshes the heartbeat in Redis and mirrors it into memory.
+// Beat refreshes the heartbeat in Redis and mirrors it into memory. In
+// single-instance mode a heartbeat Redis cannot take is applied to memory
+// and queued; otherwise it fails.
 func (d *Dual) Beat(ctx context.Context, tenantID, taskID string, g task.Guard, now time.Time) error {
+	apply := func() (*queuedOp, error) {
+		if err := d.mem.beat(tenantID, taskID, g, now, true); err != nil {
+			return nil, err
+		}
+		return &queuedOp{kind: opBeat, tenantID: tenantID, taskID: taskID, guard: g, at: now, holdTask: taskID}, nil
+	}
+	if ok, err := d.behind("heartbeat of task "+taskID, apply); ok {
+		return err
+	}
 	err := d.r.Beat(ctx, tenantID, taskID, g, now)
 	d.observe(err)
-	if err == nil {
+	switch {
+	case err == nil:
 		d.mem.mirrorBeat(taskID, now)
+	case IsUnavailable(err) && d.cfg.SingleInstance:
+		return d.enqueue(err, apply)
 	}
 	return err
 }
@@ -180,34 +702,140 @@ type taskAndCheckpoint struct {
 	c *checkpoint.Checkpoint
 }
 
-// TaskByTenant reads Redis, or memory when Redis is unreachable.
+// TaskByTenant reads Redis, or memory (see Dual).
 func (d *Dual) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, *checkpoint.Checkpoint, error) {
-	t, c, err := d.r.TaskByTenant(ctx, tenantID)
-	v, err := fallback(d, taskAndCheckpoint{t, c}, err, func() (taskAndCheckpoint, error) {
+	v, err := read(d, func() (taskAndCheckpoint, error) {
+		t, c, err := d.r.TaskByTenant(ctx, tenantID)
+		return taskAndCheckpoint{t, c}, err
+	}, func() (taskAndCheckpoint, error) {
 		t, c, err := d.mem.TaskByTenant(ctx, tenantID)
 		return taskAndCheckpoint{t, c}, err
 	})
 	return v.t, v.c, err
 }
 
-// Task reads Redis, or memory when Redis is unreachable.
+// Task reads Redis, or memory (see Dual).
 func (d *Dual) Task(ctx context.Context, taskID string) (*task.Task, *checkpoint.Checkpoint, error) {
-	t, c, err := d.r.Task(ctx, taskID)
-	v, err := fallback(d, taskAndCheckpoint{t, c}, err, func() (taskAndCheckpoint, error) {
+	v, err := read(d, func() (taskAndCheckpoint, error) {
+		t, c, err := d.r.Task(ctx, taskID)
+		return taskAndCheckpoint{t, c}, err
+	}, func() (taskAndCheckpoint, error) {
 		t, c, err := d.mem.Task(ctx, taskID)
 		return taskAndCheckpoint{t, c}, err
 	})
 	return v.t, v.c, err
 }
 
-// TenantHistory reads Redis, or memory when Redis is unreachable.
-func (d *Dual) TenantHistory(ctx context.Context, tenantID string, limit int) ([]*task.Task, error) {
-	ts, err := d.r.TenantHistory(ctx, tenantID, limit)
-	return fallback(d, ts, err, func() ([]*task.Task, error) { return d.mem.TenantHistory(ctx, tenantID, limit) })
+// TasksByTenant reads Redis, or memory when Redis is unreachable. While
+// writes are queued, memory's tasks (the newest state) replace Redis' ones.
+func (d *Dual) TasksByTenant(ctx context.Context, tenantIDs []string) (map[string]*task.Task, map[string]*checkpoint.Checkpoint, error) {
+	if !d.queued() {
+		type both struct {
+			t map[string]*task.Task
+			c map[string]*checkpoint.Checkpoint
+		}
+		ts, cs, err := d.r.TasksByTenant(ctx, tenantIDs)
+		v, err := fallback(d, both{ts, cs}, err, func() (both, error) {
+			ts, cs, err := d.mem.TasksByTenant(ctx, tenantIDs)
+			return both{ts, cs}, err
+		})
+		return v.t, v.c, err
+	}
+	mts, mcs, err := d.mem.TasksByTenant(ctx, tenantIDs)
+	if err != nil {
+		return nil, nil, err
+	}
+	ts, cs, err := d.r.TasksByTenant(ctx, tenantIDs)
+	d.observe(err)
+	switch {
+	case IsUnavailable(err):
+		return mts, mcs, nil
+	case err != nil:
+		return nil, nil, err
+	}
+	for tenant, t := range mts {
+		ts[tenant] = t
+		delete(cs, tenant)
+		if c := mcs[tenant]; c != nil {
+			cs[tenant] = c
+		}
+	}
+	return ts, cs, nil
 }
 
-// Timeline reads Redis, or memory when Redis is unreachable.
+// TenantHistory reads Redis, or memory (see Dual).
+func (d *Dual) TenantHistory(ctx context.Context, tenantID string, limit int) ([]*task.Task, error) {
+	return read(d, func() ([]*task.Task, error) {
+		return d.r.TenantHistory(ctx, tenantID, limit)
+	}, func() ([]*task.Task, error) {
+		return d.mem.TenantHistory(ctx, tenantID, limit)
+	})
+}
+
+// Timeline reads Redis, or memory (see Dual).
 func (d *Dual) Timeline(ctx context.Context, tenantID, taskID string, limit int) ([]task.Event, error) {
-	evs, err := d.r.Timeline(ctx, tenantID, taskID, limit)
-	return fallback(d, evs, err, func() ([]task.Event, error) { return d.mem.Timeline(ctx, tenantID, taskID, limit) })
+	return read(d, func() ([]task.Event, error) {
+		return d.r.Timeline(ctx, tenantID, taskID, limit)
+	}, func() ([]task.Event, error) {
+		return d.mem.Timeline(ctx, tenantID, taskID, limit)
+	})
+}
+
+// ---- instances, feed, server -----------------------------------------------
+
+// RegisterInstance registers the instance in Redis, and in memory for the
+// degraded listing.
+func (d *Dual) RegisterInstance(ctx context.Context, inst task.Instance, ttl time.Duration) error {
+	if err := d.mem.RegisterInstance(ctx, inst, ttl); err != nil {
+		return err
+	}
+	err := d.r.RegisterInstance(ctx, inst, ttl)
+	d.observe(err)
+	return err
+}
+
+// DeregisterInstance deregisters the instance in Redis and in memory.
+func (d *Dual) DeregisterInstance(ctx context.Context, id string) error {
+	if err := d.mem.DeregisterInstance(ctx, id); err != nil {
+		return err
+	}
+	err := d.r.DeregisterInstance(ctx, id)
+	d.observe(err)
+	return err
+}
+
+// Instances lists the instances from Redis, or those this instance
+// registered when Redis is unreachable.
+func (d *Dual) Instances(ctx context.Context) ([]task.Instance, error) {
+	insts, err := d.r.Instances(ctx)
+	return fallback(d, insts, err, func() ([]task.Instance, error) { return d.mem.Instances(ctx) })
+}
+
+// PublishEvents publishes to the Redis feed only.
+func (d *Dual) PublishEvents(ctx context.Context, evs []task.FeedEvent) error {
+	err := d.r.PublishEvents(ctx, evs)
+	d.observe(err)
+	return err
+}
+
+// ReadEvents reads the Redis feed only: with Redis unreachable it returns
+// the *UnavailableError (the feed is not kept in memory).
+func (d *Dual) ReadEvents(ctx context.Context, f task.FeedFilter, wait time.Duration) ([]task.FeedEvent, string, error) {
+	evs, next, err := d.r.ReadEvents(ctx, f, wait)
+	d.observe(err)
+	return evs, next, err
+}
+
+// ServerInfo returns the Redis server's identity and config report.
+func (d *Dual) ServerInfo(ctx context.Context) (ServerInfo, error) {
+	info, err := d.r.ServerInfo(ctx)
+	d.observe(err)
+	return info, err
+}
+
+// ServerRunID returns the Redis server's run id.
+func (d *Dual) ServerRunID(ctx context.Context) (string, error) {
+	id, err := d.r.ServerRunID(ctx)
+	d.observe(err)
+	return id, err
 }

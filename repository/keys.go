@@ -161,8 +161,30 @@ func (k Keys) Fence(tenantID string) (string, error) {
 	return k.prefix + "fence:tenant:{" + tenantID + "}", nil
 }
 
-// Events returns {p}events, the bounded event feed (STREAM).
+// Events returns {p}events, the bounded event feed (STREAM, trimmed to about
+// Config.EventsMax entries).
 func (k Keys) Events() string { return k.prefix + "events" }
+
+// Instances returns {p}instances, every coordinator instance id scored by its
+// last heartbeat in Unix milliseconds (ZSET, no TTL; entries not seen for
+// InstancePruneAfter are pruned when an instance registers).
+func (k Keys) Instances() string { return k.prefix + "instances" }
+
+// Instance returns {p}instance:{<id>}, a live instance's record (HASH, with
+// the registration's TTL).
+func (k Keys) Instance(id string) (string, error) {
+	if err := checkInstanceID(id); err != nil {
+		return "", err
+	}
+	return k.prefix + "instance:{" + id + "}", nil
+}
+
+func checkInstanceID(id string) error {
+	if !task.ValidInstanceID(id) {
+		return fmt.Errorf("%w: instance id %s must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", task.ErrInvalid, task.Quote(id))
+	}
+	return nil
+}
 
 func (k Keys) plan(planID string) string { return k.prefix + "plan:{" + planID + "}" }
 

@@ -32,6 +32,8 @@ func TestKeysLayout(t *testing.T) {
 			"lock":       "executor:lock:tenant:{t-001}",
 			"fence":      "executor:fence:tenant:{t-001}",
 			"events":     "executor:events",
+			"instances":  "executor:instances",
+			"instance":   "executor:instance:{coord-a}",
 		}},
 		{"prod:executor:", map[string]string{
 			"plan":  "prod:executor:plan:{" + planID + "}",
@@ -66,6 +68,8 @@ func TestKeysLayout(t *testing.T) {
 			"lock":       must(k.Lock(tenant)),
 			"fence":      must(k.Fence(tenant)),
 			"events":     k.Events(),
+			"instances":  k.Instances(),
+			"instance":   must(k.Instance("coord-a")),
 		}
 		for name, want := range tt.want {
 			if got[name] != want {
@@ -99,6 +103,7 @@ func TestKeysRefuseHostileIDs(t *testing.T) {
 			"PlanTasks":    func() (string, error) { return k.PlanTasks(id) },
 			"PlanCounts":   func() (string, error) { return k.PlanCounts(id) },
 			"Plan task id": func() (string, error) { return k.Plan(taskID) },
+			"Instance":     func() (string, error) { return k.Instance(id) },
 		} {
 			key, err := f()
 			if err == nil {
@@ -138,6 +143,7 @@ func TestNewRedisConfig(t *testing.T) {
 		{"ErrConfig negative TTL", Config{TTL: -time.Second}, false},
 		{"ErrConfig negative batch", Config{Batch: -1}, false},
 		{"ErrConfig negative timeline", Config{TimelineMax: -1}, false},
+		{"ErrConfig negative events max", Config{EventsMax: -1}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

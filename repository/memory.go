@@ -34,8 +34,13 @@ type MemoryConfig struct {
 	ReleaseLock func(tenantID, value string)
 	// DropFinished keeps only unfinished aggregates: a task leaves memory
 	// once it is no longer PENDING, RUNNING or PAUSED, a plan once it is
-	// finished. The Dual store's memory half uses it to stay bounded.
+	// finished. The Dual store's memory half uses it to stay bounded; the
+	// Dual store's writes that Redis has not taken yet keep their
+	// aggregates in memory until it has.
 	DropFinished bool
+	// EventsMax is how many entries the event feed keeps (default
+	// EventsMaxDefault); the oldest are dropped.
+	EventsMax int
 }
 
 // Memory is the store in process memory, with the semantics of the Redis
@@ -49,11 +54,16 @@ type Memory struct {
 	// scanMax bounds filtered listings (ScanMax; tests lower it).
 	scanMax int
 
-	mu      sync.Mutex
-	plans   map[string]*memPlan
-	tasks   map[string]*memTask
-	index   map[string]string           // tenant → newest task id
-	history map[string]map[string]int64 // tenant → task id → creation ms
+	mu        sync.Mutex
+	plans     map[string]*memPlan
+	tasks     map[string]*memTask
+	index     map[string]string           // tenant → newest task id
+	history   map[string]map[string]int64 // tenant → task id → creation ms
+	instances map[string]*memInstance
+
+	// feedMu guards feed, apart from mu: blocked readers poll it.
+	feedMu sync.Mutex
+	feed   memFeed
 }
 
 type memPlan struct {
@@ -61,12 +71,52 @@ type memPlan struct {
 	taskIDs []string
 	counts  plan.Counts
 	score   int64
+	// pending is set while an UpdatePlan of the Dual store waits for Redis
+	// (multi-instance outage); queued counts its write-behind operations
+	// (single-instance mode). Either keeps the plan in memory.
+	pending bool
+	queued  int
 }
 
 type memTask struct {
 	t        *task.Task
 	ckpt     []byte
 	timeline []task.Event
+	// pending are the Dual store's writes and requests Redis has not
+	// confirmed (multi-instance outage), oldest first. Their timeline
+	// entries follow the confirmed ones; a pending write keeps the task in
+	// memory.
+	pending []pendingOp
+	// queued counts the Dual store's write-behind operations on the task
+	// not yet written back to Redis (single-instance mode).
+	queued int
+}
+
+// pendingOp is a write or request mirrored before Redis confirmed it.
+type pendingOp struct {
+	// write is true for a task write (seq: its expected seq); else req
+	// names the request.
+	write  bool
+	seq    int64
+	req    task.Request
+	events []task.Event
+}
+
+// held reports whether the task must stay in memory whatever its status.
+func (mt *memTask) held() bool {
+	return mt.queued > 0 || slices.ContainsFunc(mt.pending, func(p pendingOp) bool { return p.write })
+}
+
+// events returns the timeline with the pending entries after the confirmed ones.
+func (mt *memTask) events() []task.Event {
+	if len(mt.pending) == 0 {
+		return mt.timeline
+	}
+	out := slices.Clone(mt.timeline)
+	for _, p := range mt.pending {
+		out = append(out, p.events...)
+	}
+	return out
 }
 
 // NewMemory returns an empty memory store.
@@ -78,13 +128,17 @@ func NewMemory(cfg MemoryConfig) *Memory {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	if cfg.EventsMax <= 0 {
+		cfg.EventsMax = EventsMaxDefault
+	}
 	return &Memory{
-		cfg:     cfg,
-		scanMax: ScanMax,
-		plans:   map[string]*memPlan{},
-		tasks:   map[string]*memTask{},
-		index:   map[string]string{},
-		history: map[string]map[string]int64{},
+		cfg:       cfg,
+		scanMax:   ScanMax,
+		plans:     map[string]*memPlan{},
+		tasks:     map[string]*memTask{},
+		index:     map[string]string{},
+		history:   map[string]map[string]int64{},
+		instances: map[string]*memInstance{},
 	}
 }
 
@@ -249,9 +303,22 @@ func (m *Memory) setPlanState(mp *memPlan, p *plan.Plan) {
 }
 
 func (m *Memory) dropPlanIfFinished(mp *memPlan) {
-	if m.cfg.DropFinished && mp.p.Status.Finished() {
+	if m.cfg.DropFinished && mp.p.Status.Finished() && !m.planHeld(mp) {
 		delete(m.plans, mp.p.ID)
 	}
+}
+
+// planHeld reports whether the plan or one of its tasks waits for Redis.
+func (m *Memory) planHeld(mp *memPlan) bool {
+	if mp.pending || mp.queued > 0 {
+		return true
+	}
+	for _, id := range mp.taskIDs {
+		if mt := m.tasks[id]; mt != nil && mt.held() {
+			return true
+		}
+	}
+	return false
 }
 
 // Plan returns a plan and its counts. Returns plan.ErrNotFound.
@@ -385,6 +452,13 @@ func (m *Memory) refuse(t *task.Task, reason task.RefuseReason) *task.RefusedErr
 // record, lock value (through MemoryConfig.LockValue), fence, seq. Returns a
 // *task.RefusedError when a check fails; nothing is written then.
 func (m *Memory) WriteTask(_ context.Context, w task.Write) (task.WriteResult, error) {
+	return m.write(w, false)
+}
+
+// write applies w; queued marks a write-behind write of the Dual store
+// (single-instance mode): the lock check is skipped (its leases are
+// in-process) and the task stays in memory until releaseQueued.
+func (m *Memory) write(w task.Write, queued bool) (task.WriteResult, error) {
 	if err := checkWrite(w); err != nil {
 		return task.WriteResult{}, err
 	}
@@ -404,15 +478,18 @@ func (m *Memory) WriteTask(_ context.Context, w task.Write) (task.WriteResult, e
 	}
 	old := mt.t
 	switch {
-	case w.Guard.LockValue != "" && m.cfg.LockValue != nil && m.cfg.LockValue(nt.TenantID) != w.Guard.LockValue:
+	case !queued && w.Guard.LockValue != "" && m.cfg.LockValue != nil && m.cfg.LockValue(nt.TenantID) != w.Guard.LockValue:
 		return task.WriteResult{}, m.refuse(old, task.RefusedLock)
 	case old.Fence > w.Guard.Fence:
 		return task.WriteResult{}, m.refuse(old, task.RefusedFence)
 	case old.Seq != w.ExpectSeq:
 		return task.WriteResult{}, m.refuse(old, task.RefusedSeq)
 	}
+	if queued {
+		mt.queued++
+	}
 	res := m.applyLocked(mt, nt, w, ckpt, events, w.ExpectSeq+1, old.Status)
-	if w.ReleaseLock && w.Guard.LockValue != "" && m.cfg.ReleaseLock != nil {
+	if !queued && w.ReleaseLock && w.Guard.LockValue != "" && m.cfg.ReleaseLock != nil {
 		m.cfg.ReleaseLock(nt.TenantID, w.Guard.LockValue)
 	}
 	return res, nil
@@ -485,6 +562,9 @@ func (m *Memory) applyLocked(mt *memTask, nt *task.Task, w task.Write, ckpt []by
 
 func (m *Memory) dropTaskIfFinished(t *task.Task) {
 	if !m.cfg.DropFinished || t.Status.Active() {
+		return
+	}
+	if mt := m.tasks[t.ID]; mt != nil && mt.held() {
 		return
 	}
 	delete(m.tasks, t.ID)
@@ -562,9 +642,15 @@ func (m *Memory) appendLocked(mt *memTask, ev task.Event) {
 }
 
 // Beat refreshes a task's heartbeat if g holds its tenant lock (checked
-// through MemoryConfig.LockValue when set) and no newer fence has written
-// it. Returns a *task.RefusedError otherwise.
+// through MemoryConfig.LockValue when set and g has a lock value) and no
+// newer fence has written it. Returns a *task.RefusedError otherwise.
 func (m *Memory) Beat(_ context.Context, tenantID, taskID string, g task.Guard, now time.Time) error {
+	return m.beat(tenantID, taskID, g, now, false)
+}
+
+// beat refreshes a heartbeat; queued marks a write-behind heartbeat of the
+// Dual store (no lock check; the task stays until releaseQueued).
+func (m *Memory) beat(tenantID, taskID string, g task.Guard, now time.Time, queued bool) error {
 	if err := checkTenantTask(tenantID, taskID); err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
@@ -575,10 +661,13 @@ func (m *Memory) Beat(_ context.Context, tenantID, taskID string, g task.Guard, 
 		return &task.RefusedError{TaskID: taskID, Reason: task.RefusedMissing}
 	}
 	switch {
-	case m.cfg.LockValue != nil && m.cfg.LockValue(tenantID) != g.LockValue:
+	case !queued && g.LockValue != "" && m.cfg.LockValue != nil && m.cfg.LockValue(tenantID) != g.LockValue:
 		return m.refuse(mt.t, task.RefusedLock)
 	case mt.t.Fence > g.Fence:
 		return m.refuse(mt.t, task.RefusedFence)
+	}
+	if queued {
+		mt.queued++
 	}
 	mt.t.HeartbeatAt = utc(now)
 	return nil
@@ -669,7 +758,8 @@ func (m *Memory) Timeline(_ context.Context, tenantID, taskID string, limit int)
 	if limit <= 0 || limit > m.cfg.TimelineMax {
 		limit = m.cfg.TimelineMax
 	}
-	tl := mt.timeline[max(0, len(mt.timeline)-limit):]
+	all := mt.events()
+	tl := all[max(0, len(all)-limit):]
 	out := make([]task.Event, len(tl))
 	for i, ev := range tl {
 		out[i], _ = normalize(ev)
@@ -678,6 +768,14 @@ func (m *Memory) Timeline(_ context.Context, tenantID, taskID string, limit int)
 }
 
 // ---- mirroring (the Dual store's memory half) ------------------------------
+//
+// Confirmed mirrors copy what Redis accepted. Pending mirrors (multi-instance
+// mode) copy a write Redis could not be asked: the record is overwritten —
+// memory shows the newest state the instance knows — and the write's
+// timeline entries are kept apart (pendingOp) so that the same write,
+// confirmed later, replaces them instead of adding them twice. Queued
+// operations (single-instance mode) are applied with the store's own checks
+// and counted on the aggregate until the Dual store wrote them back.
 
 // mirrorCreate stores a plan Redis has created, replacing any copy.
 func (m *Memory) mirrorCreate(p *plan.Plan, tasks []*task.Task) {
@@ -691,14 +789,60 @@ func (m *Memory) mirrorPlan(p *plan.Plan) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if mp := m.plans[p.ID]; mp != nil {
+		mp.pending = false
 		m.setPlanState(mp, p)
 	}
+}
+
+// mirrorPendingPlan applies an UpdatePlan Redis could not be asked, if the
+// plan's status in memory is one of from, and keeps the plan until
+// resolvePendingPlan or a confirmed mirror.
+func (m *Memory) mirrorPendingPlan(p *plan.Plan, from []plan.Status) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mp := m.plans[p.ID]
+	if mp == nil || (len(from) > 0 && !slices.Contains(from, mp.p.Status)) {
+		return
+	}
+	mp.pending = true
+	m.setPlanState(mp, p)
+}
+
+// resolvePendingPlan forgets that an UpdatePlan was pending (Redis refused
+// its retry).
+func (m *Memory) resolvePendingPlan(planID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mp := m.plans[planID]; mp != nil && mp.pending {
+		mp.pending = false
+		m.dropPlanIfFinished(mp)
+	}
+}
+
+// mirrorTaskLocked returns the task's entry for a mirrored write, creating
+// it when the task had left memory, and the status its counts move from.
+func (m *Memory) mirrorTaskLocked(w task.Write, nt *task.Task) (*memTask, task.Status) {
+	if mt := m.tasks[nt.ID]; mt != nil {
+		return mt, mt.t.Status
+	}
+	mt := &memTask{t: nt}
+	m.tasks[nt.ID] = mt
+	m.index[nt.TenantID] = nt.ID
+	h := m.history[nt.TenantID]
+	if h == nil {
+		h = map[string]int64{}
+		m.history[nt.TenantID] = h
+	}
+	h[nt.ID] = scoreOf(nt.CreatedAt, m.cfg.Clock())
+	return mt, w.PrevStatus
 }
 
 // mirrorWrite copies a write Redis accepted: the record with Redis' seq and
 // requests, the checkpoint, the timeline, the counts (from the status in
 // memory, or w.PrevStatus when the task had left memory) and the plan status
-// Redis derived.
+// Redis derived. It overwrites whatever memory holds (no checks): pending
+// writes before it are settled (their entries join the timeline), a pending
+// copy of the same write is replaced.
 func (m *Memory) mirrorWrite(w task.Write, res task.WriteResult) {
 	nt, err := copyTaskIn(w.Task)
 	if err != nil {
@@ -710,21 +854,8 @@ func (m *Memory) mirrorWrite(w task.Write, res task.WriteResult) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	mt := m.tasks[nt.ID]
-	old := w.PrevStatus
-	if mt == nil {
-		mt = &memTask{t: nt}
-		m.tasks[nt.ID] = mt
-		m.index[nt.TenantID] = nt.ID
-		h := m.history[nt.TenantID]
-		if h == nil {
-			h = map[string]int64{}
-			m.history[nt.TenantID] = h
-		}
-		h[nt.ID] = scoreOf(nt.CreatedAt, m.cfg.Clock())
-	} else {
-		old = mt.t.Status
-	}
+	mt, old := m.mirrorTaskLocked(w, nt)
+	m.settleLocked(mt, w.ExpectSeq, true)
 	m.applyLocked(mt, nt, w, ckpt, events, res.Seq, old)
 	nt.PauseRequested, nt.CancelRequested = res.PauseRequested, res.CancelRequested
 	if mp := m.plans[nt.PlanID]; mp != nil && res.PlanStatus != "" && plan.Status(res.PlanStatus) != mp.p.Status {
@@ -733,11 +864,92 @@ func (m *Memory) mirrorWrite(w task.Write, res task.WriteResult) {
 	}
 }
 
-// mirrorRequest copies a request Redis stored.
-func (m *Memory) mirrorRequest(t *task.Task, applied bool, ev task.Event) {
-	if !applied {
+// settleLocked removes the pending copies of writes a write with expected
+// seq seq supersedes: the one at seq (this write's earlier attempt) is
+// dropped; when confirmed (Redis took this write), the ones before it join
+// the timeline — a later write of the same writer landed, so they did.
+func (m *Memory) settleLocked(mt *memTask, seq int64, confirmed bool) {
+	if len(mt.pending) == 0 {
 		return
 	}
+	kept := make([]pendingOp, 0, len(mt.pending))
+	for _, p := range mt.pending {
+		switch {
+		case !p.write || p.seq > seq || (p.seq < seq && !confirmed):
+			kept = append(kept, p)
+		case p.seq < seq:
+			mt.timeline = append(mt.timeline, p.events...)
+		}
+	}
+	mt.pending = kept
+	if over := len(mt.timeline) - m.cfg.TimelineMax; over > 0 {
+		mt.timeline = slices.Clone(mt.timeline[over:])
+	}
+}
+
+// mirrorPendingWrite applies a write Redis could not be asked: the record
+// (seq w.ExpectSeq+1), checkpoint and counts are overwritten without checks,
+// its timeline entries are kept pending (replacing an earlier attempt of
+// the same write), and the task stays in memory until the write is
+// confirmed or resolved.
+func (m *Memory) mirrorPendingWrite(w task.Write) {
+	nt, err := copyTaskIn(w.Task)
+	if err != nil {
+		return
+	}
+	ckpt, events, err := encodeWrite(w)
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mt, old := m.mirrorTaskLocked(w, nt)
+	m.settleLocked(mt, w.ExpectSeq, false)
+	mt.pending = append(mt.pending, pendingOp{write: true, seq: w.ExpectSeq, events: events})
+	m.applyLocked(mt, nt, w, ckpt, nil, w.ExpectSeq+1, old)
+}
+
+// resolvePendingWrite settles the pending write of the task with expected
+// seq seq after Redis refused its retry: landed says the first attempt had
+// been written after all (its entries join the timeline), else it is
+// dropped. The record keeps the newest state memory knows.
+func (m *Memory) resolvePendingWrite(taskID string, seq int64, landed bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mt := m.tasks[taskID]
+	if mt == nil {
+		return
+	}
+	kept := mt.pending[:0:0]
+	for _, p := range mt.pending {
+		switch {
+		case !p.write || p.seq != seq:
+			kept = append(kept, p)
+		case landed:
+			mt.timeline = append(mt.timeline, p.events...)
+		}
+	}
+	mt.pending = kept
+	if over := len(mt.timeline) - m.cfg.TimelineMax; over > 0 {
+		mt.timeline = slices.Clone(mt.timeline[over:])
+	}
+	m.releaseLocked(mt)
+}
+
+// releaseLocked drops a task no longer held, and its plan, if finished.
+func (m *Memory) releaseLocked(mt *memTask) {
+	if mt.held() {
+		return
+	}
+	m.dropTaskIfFinished(mt.t)
+	if mp := m.plans[mt.t.PlanID]; mp != nil {
+		m.dropPlanIfFinished(mp)
+	}
+}
+
+// mirrorRequest copies a request Redis stored (applied) or answered
+// (not applied), replacing a pending copy of it.
+func (m *Memory) mirrorRequest(t *task.Task, req task.Request, applied bool, ev task.Event) {
 	e, err := normalize(ev)
 	if err != nil {
 		return
@@ -748,10 +960,36 @@ func (m *Memory) mirrorRequest(t *task.Task, applied bool, ev task.Event) {
 	if mt == nil {
 		return
 	}
+	mt.pending = slices.DeleteFunc(mt.pending, func(p pendingOp) bool { return !p.write && p.req == req })
+	if !applied {
+		return
+	}
 	mt.t.PauseRequested, mt.t.CancelRequested = t.PauseRequested, t.CancelRequested
 	if ev.Type != "" {
 		m.appendLocked(mt, e)
 	}
+}
+
+// mirrorPendingRequest applies a request Redis could not be asked, with the
+// store's rules; its timeline entry stays pending until the request is
+// confirmed (a pending request does not keep the task in memory).
+func (m *Memory) mirrorPendingRequest(tenantID, taskID string, req task.Request, ev task.Event) {
+	e, err := normalize(ev)
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mt, err := m.lookup(tenantID, taskID)
+	if err != nil || !m.requestLocked(mt, req) {
+		return
+	}
+	mt.pending = slices.DeleteFunc(mt.pending, func(p pendingOp) bool { return !p.write && p.req == req })
+	op := pendingOp{req: req}
+	if ev.Type != "" {
+		op.events = []task.Event{e}
+	}
+	mt.pending = append(mt.pending, op)
 }
 
 // mirrorBeat copies a heartbeat Redis accepted.
@@ -769,5 +1007,78 @@ func (m *Memory) mirrorCounts(planID string, c plan.Counts) {
 	defer m.mu.Unlock()
 	if mp := m.plans[planID]; mp != nil {
 		mp.counts = copyCounts(c)
+	}
+}
+
+// ---- write-behind (the Dual store's single-instance mode) ------------------
+
+// createQueued stores a plan created while Redis is unreachable and keeps
+// it until releaseQueued. Returns ErrPlanExists.
+func (m *Memory) createQueued(p *plan.Plan, tasks []*task.Task) error {
+	if err := checkNewPlan(p, tasks); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.plans[p.ID]; ok {
+		return fmt.Errorf("create plan %s: %w", p.ID, ErrPlanExists)
+	}
+	if err := m.createLocked(p, tasks); err != nil {
+		return err
+	}
+	m.plans[p.ID].queued++
+	return nil
+}
+
+// updatePlanQueued is UpdatePlan for a write-behind update: the plan stays
+// until releaseQueued.
+func (m *Memory) updatePlanQueued(p *plan.Plan, from []plan.Status) error {
+	if err := checkPlanID(p.ID); err != nil {
+		return fmt.Errorf("update plan: %w", err)
+	}
+	if !p.Status.Valid() {
+		return fmt.Errorf("%w: update plan %s: status %s", plan.ErrInvalid, p.ID, task.Quote(string(p.Status)))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mp := m.plans[p.ID]
+	if mp == nil {
+		return fmt.Errorf("update plan %s: %w", p.ID, plan.ErrNotFound)
+	}
+	if len(from) > 0 && !slices.Contains(from, mp.p.Status) {
+		return &plan.TransitionError{PlanID: p.ID, From: mp.p.Status, To: p.Status}
+	}
+	mp.queued++
+	m.setPlanState(mp, p)
+	return nil
+}
+
+// requestQueued is RequestTask for a write-behind request; it reports
+// whether the request was stored (and the task is kept until releaseQueued).
+func (m *Memory) requestQueued(tenantID, taskID string, req task.Request, ev task.Event) (*task.Task, bool, error) {
+	t, applied, err := m.requestTask(tenantID, taskID, req, ev)
+	if err != nil || !applied {
+		return t, applied, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mt := m.tasks[taskID]; mt != nil {
+		mt.queued++
+	}
+	return t, true, nil
+}
+
+// releaseQueued is called once per write-behind operation written back (or
+// given up): the task and plan it kept may leave memory.
+func (m *Memory) releaseQueued(taskID, planID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mp := m.plans[planID]; mp != nil && mp.queued > 0 {
+		mp.queued--
+		m.dropPlanIfFinished(mp)
+	}
+	if mt := m.tasks[taskID]; mt != nil && mt.queued > 0 {
+		mt.queued--
+		m.releaseLocked(mt)
 	}
 }

@@ -25,6 +25,14 @@ import (
 // The stored fence becomes w.Guard.Fence. After an *UnavailableError the
 // outcome is unknown: read the task (its Seq tells whether the write landed).
 func (r *Redis) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, error) {
+	return r.writeTask(ctx, w, newWriteID())
+}
+
+// writeTask is WriteTask with the write id given: sending the same write
+// again with the same id succeeds without writing twice as long as no other
+// write has been made to the task since (the Dual store's write-behind
+// replays rely on it).
+func (r *Redis) writeTask(ctx context.Context, w task.Write, writeID string) (task.WriteResult, error) {
 	if err := checkWrite(w); err != nil {
 		return task.WriteResult{}, err
 	}
@@ -56,7 +64,6 @@ func (r *Redis) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, 
 		return task.WriteResult{}, fmt.Errorf("%w: %s: %v", task.ErrInvalid, op, err)
 	}
 
-	writeID := newWriteID()
 	ttl := r.ttlMs()
 	args := []any{w.Guard.LockValue, w.Guard.Fence, w.ExpectSeq, writeID, ckpt, flag(w.ClearRequests),
 		flag(w.ReleaseLock), r.cfg.TimelineMax, ttl, len(body) / 2}
@@ -199,8 +206,9 @@ func (r *Redis) requestTask(ctx context.Context, tenantID, taskID string, req ta
 	return t, replyInt(s[0]) == 1, nil
 }
 
-// Beat refreshes a task's heartbeat if g still holds its tenant lock and no
-// newer fence has written the task. One round trip. Returns a
+// Beat refreshes a task's heartbeat if g still holds its tenant lock (not
+// checked for an empty lock value: an in-process lease of the single-instance
+// mode) and no newer fence has written the task. One round trip. Returns a
 // *task.RefusedError otherwise.
 func (r *Redis) Beat(ctx context.Context, tenantID, taskID string, g task.Guard, now time.Time) error {
 	op := "heartbeat of task " + taskID

@@ -621,8 +621,14 @@ func TestBeat(t *testing.T) {
 		refusedAs(t, err, task.RefusedFence)
 		err = e.store.Beat(ctx, tenantName(0), task.NewID(t0), r.guard, e.clock.Now())
 		refusedAs(t, err, task.RefusedMissing)
+		// An in-process lease (no lock value) is checked by its fence only.
+		err = e.store.Beat(ctx, tenantName(0), r.tk.ID, task.Guard{Fence: 2}, e.clock.Now())
+		refusedAs(t, err, task.RefusedFence)
 		if got, _, _ := e.store.Task(ctx, r.tk.ID); !got.HeartbeatAt.Equal(before) {
 			t.Fatalf("a refused beat moved the heartbeat to %v", got.HeartbeatAt)
+		}
+		if err := e.store.Beat(ctx, tenantName(0), r.tk.ID, task.Guard{Fence: 3}, e.clock.Now()); err != nil {
+			t.Fatalf("beat of an in-process lease with the newest fence: %v", err)
 		}
 	})
 }

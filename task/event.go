@@ -22,6 +22,7 @@ const (
 	EventPauseRequested  EventType = "task.pause_requested"
 	EventCancelRequested EventType = "task.cancel_requested"
 	EventLeaseLost       EventType = "task.lease_lost"
+	EventLeaseRegained   EventType = "task.lease_regained"
 	EventWriteRefused    EventType = "task.write_refused"
 	EventLockReleased    EventType = "lock.released"
 )

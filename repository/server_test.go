@@ -1,0 +1,140 @@
+package repository
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deploycoord/deploycoord/internal/redistest"
+)
+
+var runIDRe = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+func TestServerInfo(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		want ServerConfig
+		// warnings are substrings, one per expected warning.
+		warnings []string
+	}{
+		{
+			name:     "EvictionAndNoPersistence",
+			args:     []string{"--maxmemory-policy", "volatile-lru"},
+			want:     ServerConfig{MaxmemoryPolicy: "volatile-lru", AppendOnly: "no", AppendFsync: "everysec", Save: ""},
+			warnings: []string{"maxmemory-policy is volatile-lru", "no persistence"},
+		},
+		{
+			name: "NoevictionWithAOF",
+			args: []string{"--appendonly", "yes", "--maxmemory-policy", "noeviction"},
+			want: ServerConfig{MaxmemoryPolicy: "noeviction", AppendOnly: "yes", AppendFsync: "everysec", Save: ""},
+		},
+		{
+			name:     "AOFWithoutFsync",
+			args:     []string{"--appendonly", "yes", "--appendfsync", "no"},
+			want:     ServerConfig{MaxmemoryPolicy: "noeviction", AppendOnly: "yes", AppendFsync: "no", Save: ""},
+			warnings: []string{"appendfsync is no"},
+		},
+		{
+			name:     "ConfigRenamed",
+			args:     []string{"--rename-command", "CONFIG", ""},
+			want:     ServerConfig{MaxmemoryPolicy: Unknown, AppendOnly: Unknown, AppendFsync: Unknown, Save: Unknown},
+			warnings: []string{"maxmemory-policy is unknown", "persistence is unknown"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t, tt.args...)
+			e := newRedisEnv(t, srv.Client(), "x:", Config{})
+			ctx := ctxT(t)
+			var info ServerInfo
+			if n := e.counter.Count(func() {
+				var err error
+				if info, err = e.redis.ServerInfo(ctx); err != nil {
+					t.Fatalf("ServerInfo: %v", err)
+				}
+			}); n != 1 {
+				t.Errorf("ServerInfo took %d round trips, want 1", n)
+			}
+			if !runIDRe.MatchString(info.RunID) || info.Version == Unknown || info.Version == "" {
+				t.Errorf("run id %q, version %q", info.RunID, info.Version)
+			}
+			got := info.Config
+			refused := got.Refused
+			got.Refused = ""
+			if got != tt.want {
+				t.Errorf("config %+v, want %+v", got, tt.want)
+			}
+			if (tt.want.MaxmemoryPolicy == Unknown) != (refused != "") {
+				t.Errorf("Refused = %q", refused)
+			}
+			warnings := info.Warnings()
+			if len(warnings) != len(tt.warnings) {
+				t.Fatalf("warnings %q, want %d matching %q", warnings, len(tt.warnings), tt.warnings)
+			}
+			for i, w := range tt.warnings {
+				if !strings.Contains(warnings[i], w) {
+					t.Errorf("warning %d = %q, want it to say %q", i, warnings[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestServerInfoOnMiniredis(t *testing.T) {
+	t.Parallel()
+	_, c := redistest.Mini(t)
+	r, err := NewRedis(c, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := r.ServerInfo(ctxT(t))
+	if err != nil {
+		t.Fatalf("ServerInfo on miniredis: %v, want unknown fields", err)
+	}
+	want := ServerInfo{Version: Unknown, Config: ServerConfig{MaxmemoryPolicy: Unknown, AppendOnly: Unknown, AppendFsync: Unknown, Save: Unknown}}
+	info.Config.Refused = ""
+	if info != want {
+		t.Fatalf("ServerInfo = %+v, want %+v", info, want)
+	}
+	if id, err := r.ServerRunID(ctxT(t)); id != "" || err != nil {
+		t.Fatalf("ServerRunID on miniredis = %q, %v; want \"\", nil", id, err)
+	}
+}
+
+func TestServerRunIDChangesOnRestart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond})
+	t.Cleanup(func() { _ = c.Close() })
+	r, err := NewRedis(c, Config{Prefix: "x:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	before, err := r.ServerRunID(ctx)
+	if err != nil || !runIDRe.MatchString(before) {
+		t.Fatalf("ServerRunID = %q, %v", before, err)
+	}
+	if again, _ := r.ServerRunID(ctx); again != before {
+		t.Fatalf("run id changed without a restart: %q → %q", before, again)
+	}
+	srv.Kill()
+	if _, err := r.ServerRunID(ctx); !IsUnavailable(err) {
+		t.Fatalf("ServerRunID with the server down: %v, want unavailable", err)
+	}
+	if _, err := r.ServerInfo(ctx); !IsUnavailable(err) {
+		t.Fatalf("ServerInfo with the server down: %v, want unavailable", err)
+	}
+	srv.Start()
+	after, err := r.ServerRunID(ctx)
+	if err != nil || !runIDRe.MatchString(after) || after == before {
+		t.Fatalf("run id after a restart = %q (%v), before %q: want a new one", after, err, before)
+	}
+}

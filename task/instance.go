@@ -1,0 +1,24 @@
+package task
+
+import "time"
+
+// Instance describes a coordinator instance that runs tasks, as registered
+// in storage with a heartbeat. A task whose Owner is not a live instance
+// (and whose own heartbeat is older than the lease) is orphaned.
+type Instance struct {
+	ID      string
+	Addr    string
+	Version string
+	// StartedAt is when the instance started; LastSeen its last heartbeat.
+	StartedAt time.Time
+	LastSeen  time.Time
+	// TasksRunning is how many task runs it had at its last heartbeat.
+	TasksRunning int
+	// SingleInstance is true when it runs in single-instance mode.
+	SingleInstance bool
+}
+
+// Alive reports whether the instance heartbeated within ttl before now.
+func (i Instance) Alive(now time.Time, ttl time.Duration) bool {
+	return !i.LastSeen.IsZero() && now.Sub(i.LastSeen) <= ttl
+}
