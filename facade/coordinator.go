@@ -58,7 +58,24 @@ type Config struct {
 	Rand func() float64
 	// Logger receives the coordinator's logs (zerolog.Nop()).
 	Logger *zerolog.Logger
+	// Observer is told what happens, for metrics (none by default).
+	Observer Observer
+	// Addr and Version describe this instance in the instance registry.
+	Addr, Version string
+	// SingleInstance is set when the server runs in single-instance mode
+	// (in-process locks; shown in the instance registry).
+	SingleInstance bool
+	// Heartbeat is how often the instance registers itself (Lease/3).
+	Heartbeat time.Duration
+	// ServerRunID returns the Redis server's run id; when set, a change is
+	// taken as a restart or failover. RestartPoll is how often it is asked
+	// (RestartPollDefault).
+	ServerRunID func(context.Context) (string, error)
+	RestartPoll time.Duration
 }
+
+// RestartPollDefault is how often the Redis run id is checked.
+const RestartPollDefault = time.Second
 
 // Coordinator runs plans and answers queries: the use cases of deploycoord.
 // It is safe for concurrent use. Create it with New; stop it with Shutdown.
@@ -79,6 +96,22 @@ type Coordinator struct {
 	// still running are interrupted.
 	hardStop       context.Context
 	cancelHardStop context.CancelFunc
+
+	obs     Observer
+	pub     *publisher
+	started time.Time
+	// live maps the instances alive at the last registry read (liveAt) to
+	// their last heartbeat; runID is the Redis run id last seen; while
+	// suspectUntil (unix ns) is ahead, no stage starts (Redis restarted).
+	live         map[string]time.Time
+	liveAt       time.Time
+	runID        string
+	suspectUntil atomic.Int64
+	// planStatus is the last derived status seen per plan (feed events).
+	planStatus map[string]plan.Status
+	bgStop     chan struct{}
+	bgDone     chan struct{}
+	stopOnce   sync.Once
 }
 
 // New returns a Coordinator over store and locks.
@@ -118,6 +151,15 @@ func New(store Store, locks Locker, cfg Config) (*Coordinator, error) {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = WriteTimeoutDefault
 	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = max(cfg.Lease/3, 10*time.Millisecond)
+	}
+	if cfg.RestartPoll <= 0 {
+		cfg.RestartPoll = RestartPollDefault
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
@@ -132,8 +174,12 @@ func New(store Store, locks Locker, cfg Config) (*Coordinator, error) {
 		store: store, locks: locks, cfg: cfg, now: cfg.Clock,
 		log:   log.With().Str("component", "facade").Str("instance", cfg.Instance).Logger(),
 		plans: map[string]*planRun{}, tasks: map[string]*taskRun{},
+		obs: cfg.Observer, started: cfg.Clock().UTC(), planStatus: map[string]plan.Status{},
+		bgStop: make(chan struct{}), bgDone: make(chan struct{}),
 	}
 	c.hardStop, c.cancelHardStop = context.WithCancel(context.Background())
+	c.pub = newPublisher(store, c.log.With().Str("component", "feed").Logger())
+	go c.background()
 	return c, nil
 }
 
@@ -155,18 +201,28 @@ type Actor struct {
 }
 
 func (a Actor) event(typ task.EventType, at time.Time, reason string) task.Event {
-	name := a.Name
-	if name == "" {
-		name = "anonymous"
+	ev := task.Event{At: at.UTC(), Type: typ, Reason: reason, Actor: actorName(a), Role: a.Role, RequestID: a.RequestID}
+	if a.Addr != "" {
+		ev.Data = map[string]any{"clientAddr": a.Addr}
 	}
-	return task.Event{At: at.UTC(), Type: typ, Reason: reason, Actor: name, Role: a.Role, RequestID: a.RequestID}
+	return ev
 }
 
-// PlanView is a plan as queried: the record, its task counts and whether
-// the answer came from memory because Redis was unreachable.
+func actorName(a Actor) string {
+	if a.Name == "" {
+		return "anonymous"
+	}
+	return a.Name
+}
+
+// PlanView is a plan as queried: the record, its task counts, how many of
+// its RUNNING tasks are orphaned (their owner is not alive; -1 when this
+// instance cannot tell) and whether the answer came from memory because
+// Redis was unreachable.
 type PlanView struct {
 	*plan.Plan
 	Counts   plan.Counts
+	Orphaned int
 	Degraded bool
 }
 
@@ -183,8 +239,9 @@ func (c *Coordinator) taskView(t *task.Task, ck *checkpoint.Checkpoint) TaskView
 	return TaskView{Task: t, Checkpoint: ck, Orphaned: c.orphaned(t), Degraded: c.degraded()}
 }
 
-// orphaned reports whether t is RUNNING without a live owner: it does not
-// run here and its owner stopped heartbeating for longer than the lease.
+// orphaned reports whether t is RUNNING without a live owner: its owner
+// instance stopped heartbeating (or, here, does not run it any more), or the
+// task's own heartbeat is older than the lease (its lease is gone).
 func (c *Coordinator) orphaned(t *task.Task) bool {
 	if t.Status != task.StatusRunning {
 		return false
@@ -193,9 +250,12 @@ func (c *Coordinator) orphaned(t *task.Task) bool {
 		c.mu.Lock()
 		_, here := c.tasks[t.ID]
 		c.mu.Unlock()
-		if here {
-			return false
-		}
+		// A task of this instance id that does not run here belongs to an
+		// earlier process with the same id, which died.
+		return !here
+	}
+	if alive, known := c.ownerAlive(t.Owner); known && !alive {
+		return true
 	}
 	return t.Orphaned(c.now(), c.cfg.Lease)
 }

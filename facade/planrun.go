@@ -198,6 +198,7 @@ func (pr *planRun) runItem(it planItem) {
 // the plan says so).
 func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 	log := pr.log.With().Str("task_id", t.ID).Str("tenant_id", t.TenantID).Logger()
+	c.waitSuspect()
 	lease, err := c.acquire(pr, t)
 	if err != nil {
 		var locked *tenantlock.LockedError
@@ -205,6 +206,7 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 		case errors.As(err, &locked) && locked.Holder.TaskID == t.ID:
 			log.Warn().Str("holder", locked.Holder.Instance).Msg("task already runs elsewhere; skipped")
 		case errors.As(err, &locked):
+			c.obs.LockConflict()
 			c.refuseStart(t, "TENANT_LOCKED: "+locked.Error(), log)
 		default:
 			log.Error().Err(err).Msg("could not take tenant lock; task left PENDING")
@@ -231,6 +233,7 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 		r.finish()
 		return
 	}
+	c.obs.TaskStarted()
 	r.run(0)
 }
 
@@ -286,6 +289,7 @@ func (c *Coordinator) refuseStart(t *task.Task, reason string, log zerolog.Logge
 		log.Warn().Err(err).Msg("could not record TENANT_LOCKED failure")
 		return
 	}
+	c.publishTask(t, task.Event{At: now.UTC(), Type: task.EventFailed, Reason: reason, Instance: c.cfg.Instance})
 	log.Warn().Str("reason", reason).Msg("task failed: tenant locked")
 }
 

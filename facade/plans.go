@@ -52,6 +52,10 @@ func (c *Coordinator) CreatePlan(ctx context.Context, spec plan.Spec, a Actor) (
 	}
 	c.log.Info().Str("plan_id", p.ID).Str("name", p.Name).Int("tasks", len(tasks)).Bool("started", start).
 		Str("actor", a.Name).Str("request_id", a.RequestID).Msg("plan created")
+	c.publishPlan(p, "plan.created", &a, "", map[string]any{"name": p.Name, "totalTasks": p.TotalTasks, "stages": names})
+	if start {
+		c.publishPlan(p, "plan.started", &a, "", nil)
+	}
 	view := PlanView{Plan: p.Clone(), Counts: plan.Counts{task.StatusPending: len(tasks)}}
 	if start {
 		items := make([]planItem, len(tasks))
@@ -84,7 +88,29 @@ func (c *Coordinator) Plan(ctx context.Context, planID string) (PlanView, error)
 	if err != nil {
 		return PlanView{}, translate(err, "plan "+planID)
 	}
-	return PlanView{Plan: p, Counts: counts, Degraded: c.degraded()}, nil
+	return PlanView{Plan: p, Counts: counts, Orphaned: c.orphanedCount(ctx, planID, counts), Degraded: c.degraded()}, nil
+}
+
+// orphanedCount is how many of a plan's RUNNING tasks have an owner that is
+// not alive: RUNNING minus the running counters of the live owners (one
+// round trip, whatever the plan's size); -1 when it cannot tell.
+func (c *Coordinator) orphanedCount(ctx context.Context, planID string, counts plan.Counts) int {
+	running := counts[task.StatusRunning]
+	if running == 0 {
+		return 0
+	}
+	owners := c.liveOwners()
+	if owners == nil {
+		return -1
+	}
+	byOwner, err := c.store.RunningByOwner(ctx, planID, owners)
+	if err != nil {
+		return -1
+	}
+	for _, n := range byOwner {
+		running -= n
+	}
+	return max(running, 0)
 }
 
 // Plans lists plans, newest first, and the cursor of the next page.
@@ -158,6 +184,7 @@ func (c *Coordinator) StartPlan(ctx context.Context, planID, reason string, a Ac
 		return PlanView{}, c.planConflict(err, p)
 	}
 	c.logPlanAction(p, "plan started", reason, a)
+	c.publishPlan(p, "plan.started", &a, reason, nil)
 	c.startPlanRun(p, stages, items)
 	return c.Plan(ctx, planID)
 }
@@ -166,14 +193,20 @@ func (c *Coordinator) StartPlan(ctx context.Context, planID, reason string, a Ac
 type ResumeOptions struct {
 	Reason string
 	// IncludeOrphaned also takes over the plan's orphaned RUNNING tasks
-	// (their owner died) from their checkpoints.
+	// (their owner died) and resumes every PAUSED task, whoever paused it.
 	IncludeOrphaned bool
 }
 
-// ResumePlan resumes a PAUSED plan (or takes over a RUNNING one whose
-// owner is gone) on this instance: its PENDING tasks start, its PAUSED tasks
-// resume from their checkpoints, and with IncludeOrphaned its orphaned
-// tasks are taken over.
+// ResumePlan resumes a plan on this instance, which becomes its owner:
+//
+//   - a PAUSED plan: its PENDING tasks start and the tasks the plan pause or
+//     an instance shutdown paused resume from their checkpoints;
+//   - a RUNNING plan whose owner instance is dead (a takeover): its PENDING
+//     tasks start.
+//
+// With IncludeOrphaned, orphaned RUNNING tasks are taken over and every
+// PAUSED task resumes as well. A RUNNING plan whose owner is alive is
+// refused with ErrInvalidState.
 func (c *Coordinator) ResumePlan(ctx context.Context, planID string, o ResumeOptions, a Actor) (PlanView, error) {
 	if c.closing.Load() {
 		return PlanView{}, wrapf(ErrShuttingDown, "instance %s is shutting down", c.cfg.Instance)
@@ -183,7 +216,12 @@ func (c *Coordinator) ResumePlan(ctx context.Context, planID string, o ResumeOpt
 		return PlanView{}, err
 	}
 	local := c.localPlan(planID)
-	from := p.Status
+	from, prevOwner := p.Status, p.Owner
+	if from == plan.StatusRunning && local == nil && prevOwner != c.cfg.Instance {
+		if alive, known := c.ownerAlive(prevOwner); alive || !known {
+			return PlanView{}, wrapf(ErrInvalidState, "plan %s is running on instance %s, which is alive (or this instance cannot tell yet); pause it first, or resume it once %s is gone", planID, prevOwner, prevOwner)
+		}
+	}
 	if err := p.Resume(c.now(), c.cfg.Instance); err != nil {
 		return PlanView{}, c.planConflict(err, p)
 	}
@@ -191,11 +229,17 @@ func (c *Coordinator) ResumePlan(ctx context.Context, planID string, o ResumeOpt
 		return PlanView{}, c.planConflict(err, p)
 	}
 	items := pending
-	paused, err := c.loadItems(ctx, planID, task.StatusPaused, itemResume)
-	if err != nil {
-		return PlanView{}, translate(err, "plan "+planID)
+	if from == plan.StatusPaused || o.IncludeOrphaned {
+		paused, err := c.loadItems(ctx, planID, task.StatusPaused, itemResume)
+		if err != nil {
+			return PlanView{}, translate(err, "plan "+planID)
+		}
+		for _, it := range paused {
+			if o.IncludeOrphaned || it.t.Reason == ReasonPlanPaused || it.t.Reason == ReasonShutdown {
+				items = append(items, it)
+			}
+		}
 	}
-	items = append(items, paused...)
 	if o.IncludeOrphaned {
 		orphans, err := c.loadItems(ctx, planID, task.StatusRunning, itemTakeover)
 		if err != nil {
@@ -204,6 +248,11 @@ func (c *Coordinator) ResumePlan(ctx context.Context, planID string, o ResumeOpt
 		items = append(items, orphans...)
 	}
 	c.logPlanAction(p, "plan resumed", o.Reason, a)
+	data := map[string]any{"tasks": len(items), "includeOrphaned": o.IncludeOrphaned}
+	if prevOwner != c.cfg.Instance {
+		data["previousOwner"] = prevOwner
+	}
+	c.publishPlan(p, "plan.resumed", &a, o.Reason, data)
 	if local != nil {
 		local.enqueue(items)
 		local.apply(plan.StatusRunning, "")
@@ -230,6 +279,7 @@ func (c *Coordinator) PausePlan(ctx context.Context, planID, reason string, a Ac
 		return PlanView{}, c.planConflict(err, p)
 	}
 	c.logPlanAction(p, "plan paused", reason, a)
+	c.publishPlan(p, "plan.paused", &a, reason, nil)
 	if pr := c.localPlan(planID); pr != nil {
 		pr.apply(plan.StatusPaused, reason)
 	}
@@ -254,6 +304,7 @@ func (c *Coordinator) CancelPlan(ctx context.Context, planID, reason string, a A
 		return PlanView{}, c.planConflict(err, p)
 	}
 	c.logPlanAction(p, "plan cancelled", reason, a)
+	c.publishPlan(p, "plan.cancelled", &a, reason, nil)
 	if pr := c.localPlan(planID); pr != nil {
 		pr.apply(plan.StatusCancelled, reason)
 	}
@@ -376,8 +427,24 @@ func (c *Coordinator) Shutdown(ctx context.Context) error {
 		<-pr.done
 		c.pauseOnShutdown(pr.p.ID)
 	}
+	c.stopBackground()
 	c.log.Info().Msg("coordinator stopped")
 	return err
+}
+
+// stopBackground stops the housekeeping loop, deregisters the instance and
+// flushes the event feed (once).
+func (c *Coordinator) stopBackground() {
+	c.stopOnce.Do(func() {
+		close(c.bgStop)
+		<-c.bgDone
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
+		defer cancel()
+		if err := c.store.DeregisterInstance(ctx, c.cfg.Instance); err != nil {
+			c.log.Warn().Err(err).Msg("deregister instance")
+		}
+		c.pub.close()
+	})
 }
 
 // pauseOnShutdown pauses a plan this instance ran, if it is still RUNNING
@@ -394,5 +461,7 @@ func (c *Coordinator) pauseOnShutdown(planID string) {
 	}
 	if err := c.store.UpdatePlan(ctx, p, plan.StatusRunning); err != nil {
 		c.log.Warn().Err(err).Str("plan_id", planID).Msg("pause plan on shutdown")
+		return
 	}
+	c.publishPlan(p, "plan.paused", nil, ReasonShutdown, nil)
 }

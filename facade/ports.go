@@ -60,6 +60,31 @@ type Store interface {
 	// Timeline returns up to limit of the newest timeline entries of a task,
 	// oldest first. Returns task.ErrNotFound.
 	Timeline(ctx context.Context, tenantID, taskID string, limit int) ([]task.Event, error)
+	// TasksByTenant returns the current tasks (and checkpoints) of up to
+	// 1000 tenants in two round trips; tenants without a task are absent.
+	TasksByTenant(ctx context.Context, tenantIDs []string) (map[string]*task.Task, map[string]*checkpoint.Checkpoint, error)
+	// RunningByOwner returns how many of a plan's tasks each of owners runs.
+	RunningByOwner(ctx context.Context, planID string, owners []string) (map[string]int, error)
+
+	// RegisterInstance records this instance's heartbeat for ttl.
+	RegisterInstance(ctx context.Context, inst task.Instance, ttl time.Duration) error
+	// DeregisterInstance removes an instance's live record (clean shutdown).
+	DeregisterInstance(ctx context.Context, id string) error
+	// Instances lists the instances seen recently, newest first.
+	Instances(ctx context.Context) ([]task.Instance, error)
+
+	// PublishEvents appends events to the bounded feed (one round trip).
+	PublishEvents(ctx context.Context, evs []task.FeedEvent) error
+	// ReadEvents returns feed events after f.After (waiting up to wait for
+	// one when there is none) and the cursor to continue from.
+	ReadEvents(ctx context.Context, f task.FeedFilter, wait time.Duration) ([]task.FeedEvent, string, error)
+}
+
+// ServerWatcher reports the identity of the Redis server, to detect a
+// restart or failover (its run id changes). Optional: a store that does not
+// implement it gets no detection.
+type ServerWatcher interface {
+	ServerRunID(ctx context.Context) (string, error)
 }
 
 // Locker takes and inspects tenant locks (package tenantlock). One lock per
@@ -75,6 +100,10 @@ type Locker interface {
 	// expectedFence (break-glass). Returns tenantlock.ErrNotHeld, or a
 	// *tenantlock.MismatchError (errors.Is tenantlock.ErrFenceMismatch).
 	ForceRelease(ctx context.Context, tenantID string, expectedFence int64) (tenantlock.Info, error)
+	// Reacquire takes the lock again with the lease's value and fence if it
+	// is still ours or nobody took it since the lease lapsed. Returns an error
+	// matching tenantlock.ErrLeaseRefused otherwise.
+	Reacquire(ctx context.Context, lease *tenantlock.Lease) (*tenantlock.Lease, error)
 }
 
 // Clock returns the current time. Tests inject their own.

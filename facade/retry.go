@@ -242,6 +242,9 @@ func (c *Coordinator) rerun(ctx context.Context, t *task.Task, p *plan.Plan, sta
 	lease, err := c.locks.Acquire(ctx, t.TenantID, holder)
 	if err != nil {
 		var locked *tenantlock.LockedError
+		if errors.As(err, &locked) {
+			c.obs.LockConflict()
+		}
 		if errors.As(err, &locked) && locked.Holder.TaskID == t.ID {
 			return nil, 0, wrapf(ErrTaskRunning, "task %s of tenant %s still holds its lease on instance %s for %s (fence %d); wait for it to expire or release it with DELETE /v1/tenants/%s/lock",
 				t.ID, t.TenantID, locked.Holder.Instance, locked.TTL.Round(time.Millisecond), locked.Fence, t.TenantID)
@@ -308,6 +311,7 @@ func (c *Coordinator) rerun(ctx context.Context, t *task.Task, p *plan.Plan, sta
 		}
 		return nil, 0, translate(err, "task")
 	}
+	c.obs.TaskStarted()
 	return r, from, nil
 }
 

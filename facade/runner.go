@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,21 +30,26 @@ var errInterrupted = errors.New("facade: stage interrupted")
 
 // taskRun is one run of one task on this instance, from the moment it holds
 // the tenant lease to its last write. Only the run's goroutine touches t,
-// ckpt and events; other goroutines talk to it through the atomic requests.
+// ckpt, events, lease and ctx; other goroutines talk to it through the atomic
+// requests.
 type taskRun struct {
 	c      *Coordinator
 	t      *task.Task
 	p      *plan.Plan
 	stages []stage.Runnable
 	ckpt   checkpoint.Checkpoint
-	lease  *tenantlock.Lease
 	log    zerolog.Logger
 	// pr is the plan run this task belongs to on this instance (nil for a
 	// manual retry or resume).
 	pr *planRun
 
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	// lease is the tenant lease held now; it is replaced when a lapsed lease
+	// is re-acquired (same value and fence). ctx is cancelled when that lease
+	// is lost or the instance stops hard; stopBeat stops its heartbeat.
+	lease    *tenantlock.Lease
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	stopBeat func()
 
 	pauseReq  atomic.Pointer[string]
 	cancelReq atomic.Pointer[string]
@@ -53,11 +59,24 @@ type taskRun struct {
 }
 
 func (c *Coordinator) newRun(t *task.Task, p *plan.Plan, stages []stage.Runnable, ck checkpoint.Checkpoint, lease *tenantlock.Lease, pr *planRun) *taskRun {
-	r := &taskRun{c: c, t: t, p: p, stages: stages, ckpt: ck, lease: lease, pr: pr}
+	r := &taskRun{c: c, t: t, p: p, stages: stages, ckpt: ck, pr: pr}
 	r.log = c.log.With().Str("component", "runner").Str("plan_id", t.PlanID).Str("task_id", t.ID).
 		Str("tenant_id", t.TenantID).Int("attempt", t.Attempt).Int64("fence", lease.Fence()).Logger()
-	r.ctx, r.cancel = context.WithCancelCause(c.hardStop)
+	r.hold(lease)
 	return r
+}
+
+// hold makes lease the run's lease, with a fresh context and heartbeat.
+func (r *taskRun) hold(lease *tenantlock.Lease) {
+	if r.stopBeat != nil {
+		r.stopBeat()
+	}
+	if r.cancel != nil {
+		r.cancel(nil)
+	}
+	r.lease = lease
+	r.ctx, r.cancel = context.WithCancelCause(r.c.hardStop)
+	r.stopBeat = r.heartbeat(lease, r.cancel)
 }
 
 // register makes the run visible to requests on this instance; it returns
@@ -80,14 +99,12 @@ func (c *Coordinator) launch(r *taskRun, from int) {
 
 // run executes the stages from index from, then leaves the task COMPLETED,
 // FAILED, PAUSED or CANCELLED with its lease released — or, when the lease
-// is lost, stops without writing (the task then shows as orphaned).
+// is lost to someone else, stops without writing (the task then shows as
+// orphaned until the new owner writes it).
 func (r *taskRun) run(from int) {
 	defer r.finish()
-	stopBeat := r.heartbeat()
-	defer stopBeat()
-
 	for i := from; i < len(r.stages); i++ {
-		if r.boundary() {
+		if !r.boundary() {
 			return
 		}
 		spec := r.p.Stages[i]
@@ -95,7 +112,10 @@ func (r *taskRun) run(from int) {
 		r.addEvent(task.Event{Type: task.EventStageStarted}.AtStage(i, spec.Name))
 		res, err := r.runStage(i)
 		if err != nil {
-			r.interrupted(err)
+			if r.recover(err) {
+				i-- // the lease is ours again: run the cut-short stage again
+				continue
+			}
 			return
 		}
 		now := r.c.now()
@@ -131,22 +151,24 @@ func (r *taskRun) run(from int) {
 		}
 	}
 	// Every stage was already done (a skip of the last stage).
-	if !r.boundary() {
+	if r.boundary() {
 		r.finalWrite(task.StatusCompleted, "", nil)
 	}
 }
 
-// boundary is called between two stages. It honours lease loss, cancel and
-// pause requests and the instance's shutdown; it returns true when the run
+// boundary is called before every stage. It waits while Redis was just
+// restarted, makes sure the lease is confirmed, and honours cancel and
+// pause requests and the instance's shutdown. It returns false when the run
 // must stop.
 func (r *taskRun) boundary() bool {
+	r.c.waitSuspect()
 	if err := r.lease.Check(r.margin()); err != nil {
-		r.leaseLost(err)
-		return true
+		if !r.recover(fmt.Errorf("%w: %w", errInterrupted, err)) {
+			return false
+		}
 	}
 	if cause := context.Cause(r.ctx); cause != nil {
-		r.interrupted(cause)
-		return true
+		return r.recover(fmt.Errorf("%w: %w", errInterrupted, cause))
 	}
 	if reason := r.cancelReq.Load(); reason != nil || r.t.CancelRequested {
 		why := "cancel requested"
@@ -154,7 +176,7 @@ func (r *taskRun) boundary() bool {
 			why = *reason
 		}
 		r.finalWrite(task.StatusCancelled, why, nil)
-		return true
+		return false
 	}
 	if reason := r.pauseReq.Load(); reason != nil || r.t.PauseRequested {
 		why := "pause requested"
@@ -162,26 +184,35 @@ func (r *taskRun) boundary() bool {
 			why = *reason
 		}
 		r.finalWrite(task.StatusPaused, why, nil)
-		return true
+		return false
 	}
 	if r.c.closing.Load() {
 		r.finalWrite(task.StatusPaused, ReasonShutdown, nil)
-		return true
+		return false
 	}
-	return false
+	return true
 }
 
-// margin is how much lease must be left before a stage starts.
-func (r *taskRun) margin() time.Duration { return min(r.c.cfg.Lease/6, 5*time.Second) }
+// margin is how much lease must be left before a stage starts: a sixth of
+// the lease (measured on the lease itself, so a locker configured with
+// another lease than Config.Lease still works), at most 5s.
+func (r *taskRun) margin() time.Duration {
+	lease := r.lease.Deadline().Sub(r.lease.Confirmed())
+	if lease <= 0 {
+		lease = r.c.cfg.Lease
+	}
+	return min(lease/6, 5*time.Second)
+}
 
 // runStage runs stage i with its timeout and retry policy. It returns the
-// final result, or errInterrupted (wrapped) when the instance cut it short.
+// final result, or an error matching errInterrupted when the instance cut
+// it short (lease lost or unconfirmed, shutdown), or a storage error.
 func (r *taskRun) runStage(i int) (task.Result, error) {
 	spec := r.p.Stages[i]
 	policy := spec.Retry
 	for n := 1; ; n++ {
 		if err := r.lease.Check(r.margin()); err != nil {
-			return task.Result{}, err
+			return task.Result{}, fmt.Errorf("%w: %w", errInterrupted, err)
 		}
 		in := stage.Input{
 			TenantID: r.t.TenantID, PlanID: r.t.PlanID, TaskID: r.t.ID, Stage: spec.Name, StageIndex: i,
@@ -192,6 +223,7 @@ func (r *taskRun) runStage(i int) (task.Result, error) {
 		res := safeRun(sctx, r.stages[i], in)
 		cancel()
 		took := task.Duration(r.c.now().Sub(start))
+		r.c.obs.StageAttempt(spec.Kind, res.Outcome, took.D())
 		if res.Outcome != task.OutcomeFailure {
 			return res, nil
 		}
@@ -209,6 +241,7 @@ func (r *taskRun) runStage(i int) (task.Result, error) {
 			return task.Failure(reason, false), nil
 		}
 		delay := policy.Delay(n, r.c.cfg.Rand())
+		r.c.obs.StageRetry(spec.Kind)
 		ev.Type, ev.Delay = task.EventStageRetrying, task.Duration(delay)
 		r.addEvent(ev)
 		r.t.LastError = fmt.Sprintf("stage %s attempt %d: %s", spec.Name, n, res.Reason)
@@ -224,9 +257,6 @@ func (r *taskRun) runStage(i int) (task.Result, error) {
 		case <-r.ctx.Done():
 			timer.Stop()
 			return task.Result{}, fmt.Errorf("%w: %w", errInterrupted, context.Cause(r.ctx))
-		case <-r.lease.Lost():
-			timer.Stop()
-			return task.Result{}, r.lease.Err()
 		}
 	}
 }
@@ -241,19 +271,68 @@ func safeRun(ctx context.Context, s stage.Runnable, in stage.Input) (res task.Re
 	return s.Run(ctx, in)
 }
 
-// interrupted handles a run stopped by something other than its stages:
-// a lost lease, a refused or failed write, or the instance's shutdown.
-func (r *taskRun) interrupted(err error) {
+// recover decides what to do after the run was cut short. It returns true
+// when the run holds a confirmed lease again and may go on (re-running the
+// interrupted stage); otherwise it has left the task as it should be.
+func (r *taskRun) recover(err error) bool {
 	switch {
-	case errors.Is(err, tenantlock.ErrLeaseLost) || r.lease.Check(0) != nil:
-		r.leaseLost(err)
 	case errors.Is(err, errStoreRefused):
-		// Logged by write; the task is not ours any more.
-	case r.c.closing.Load():
+		return false // logged by commit; the task is not ours any more
+	case r.lease.Refused() || errors.Is(err, tenantlock.ErrLeaseRefused):
+		r.leaseLost(err)
+		return false
+	case r.c.closing.Load() && r.lease.Check(0) == nil:
 		// Shutdown after the grace period: the stage runs again on resume.
 		r.finalWrite(task.StatusPaused, ReasonShutdown, nil)
+		return false
+	case errors.Is(err, errInterrupted) || r.lease.Check(0) != nil:
+		return r.regain()
 	default:
 		r.writeFailed(err, "storage write failed")
+		return false
+	}
+}
+
+// regain waits, with no stage running, until the lease is confirmed again:
+// the renewer gets through, or — once the lease lapsed — it is re-acquired
+// with the same value and fence if nobody took the tenant meanwhile
+// (DESIGN §5, Redis unreachable). It returns false when the tenant was taken
+// or the instance stops.
+func (r *taskRun) regain() bool {
+	r.log.Warn().Err(r.lease.Err()).Time("deadline", r.lease.Deadline()).Msg("lease not confirmed; no stage starts until it is")
+	delay := 50 * time.Millisecond
+	for {
+		if r.c.closing.Load() || r.c.hardStop.Err() != nil {
+			r.leaseLost(errors.New("instance stopping while the lease is unconfirmed"))
+			return false
+		}
+		if r.lease.Check(r.margin()) == nil && context.Cause(r.ctx) == nil {
+			return true
+		}
+		if r.lease.Refused() {
+			r.leaseLost(r.lease.Err())
+			return false
+		}
+		if r.lease.Check(0) != nil || context.Cause(r.ctx) != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
+			next, err := r.c.locks.Reacquire(ctx, r.lease)
+			cancel()
+			switch {
+			case err == nil:
+				r.lease.Forget()
+				r.hold(next)
+				r.log.Warn().Msg("lease re-acquired with the same fence after Redis came back")
+				r.addEvent(task.Event{Type: task.EventLeaseRegained, Fence: next.Fence(), Instance: r.c.cfg.Instance})
+				return true
+			case errors.Is(err, tenantlock.ErrLeaseRefused) || errors.Is(err, tenantlock.ErrLocked):
+				r.leaseLost(err)
+				return false
+			}
+		}
+		if !r.c.sleep(delay) {
+			continue
+		}
+		delay = min(delay*2, time.Second)
 	}
 }
 
@@ -262,6 +341,7 @@ func (r *taskRun) interrupted(err error) {
 func (r *taskRun) leaseLost(err error) {
 	r.released = true // nothing of ours left to release
 	r.log.Error().Err(err).Int("stage_index", r.t.StageIndex).Msg("lease lost; task stopped without writing")
+	r.c.publishTask(r.t, task.Event{At: r.c.now().UTC(), Type: task.EventLeaseLost, Reason: err.Error(), Instance: r.c.cfg.Instance, Fence: r.lease.Fence()})
 }
 
 // errStoreRefused marks a write the store refused: the task is no longer ours.
@@ -275,8 +355,15 @@ func (r *taskRun) addEvent(ev task.Event) {
 	r.events = append(r.events, ev)
 }
 
-func (r *taskRun) guard() task.Guard {
-	return task.Guard{LockValue: r.lease.Value(), Fence: r.lease.Fence()}
+func (r *taskRun) guard() task.Guard { return guardOf(r.lease) }
+
+func guardOf(l *tenantlock.Lease) task.Guard {
+	if l.Local() {
+		// In-process (single-instance) leases have no lock key in Redis; the
+		// fence and the sequence check still apply.
+		return task.Guard{Fence: l.Fence()}
+	}
+	return task.Guard{LockValue: l.Value(), Fence: l.Fence()}
 }
 
 // write stores the task record (status prev → r.t.Status), the checkpoint
@@ -286,23 +373,74 @@ func (r *taskRun) write(prev task.Status, ck *checkpoint.Checkpoint, release boo
 }
 
 // commit completes w with the run's task, guard and pending events and
-// applies it.
+// applies it. While Redis is unreachable the write waits here — the
+// double-writing store shows it from memory meanwhile — and goes through
+// the fenced script when Redis is back, re-acquiring a lapsed lease first
+// if nobody took the tenant. A refused write stops the run.
 func (r *taskRun) commit(w task.Write) error {
-	ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
-	defer cancel()
-	w.Task, w.ExpectSeq, w.Guard, w.Events = r.t, r.t.Seq, r.guard(), r.events
-	res, err := r.c.store.WriteTask(ctx, w)
-	if err != nil {
+	w.Task, w.ExpectSeq, w.Events = r.t, r.t.Seq, r.events
+	delay := 50 * time.Millisecond
+	waiting := false
+	for {
+		w.Guard = r.guard()
+		ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
+		res, err := r.c.store.WriteTask(ctx, w)
+		cancel()
+		if err == nil {
+			if waiting {
+				r.log.Info().Msg("redis is back; waiting write stored")
+			}
+			r.applied(w, res)
+			return nil
+		}
 		var refused *task.RefusedError
 		if errors.As(err, &refused) {
+			r.c.obs.WriteRefused(refused.Reason)
 			r.log.Error().Err(err).Str("refusal", string(refused.Reason)).Msg("fenced write refused; task stopped on this instance")
 			r.released = true // the lock is not ours (or gone); never delete it
 			return fmt.Errorf("%w: %w", errStoreRefused, err)
 		}
-		return err
+		if !IsUnavailable(err) {
+			return err
+		}
+		if !waiting {
+			waiting = true
+			r.log.Warn().Err(err).Msg("redis unreachable; write waits in memory, no stage starts until it is stored")
+		}
+		if r.c.hardStop.Err() != nil {
+			return err
+		}
+		if r.lease.Refused() {
+			return fmt.Errorf("%w: %w", errStoreRefused, r.lease.Err())
+		}
+		if r.lease.Check(0) != nil {
+			// The lease lapsed during the outage: take it back with the same
+			// value and fence if nobody took the tenant, so the waiting write
+			// still passes the fenced check.
+			ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
+			next, rerr := r.c.locks.Reacquire(ctx, r.lease)
+			cancel()
+			switch {
+			case rerr == nil:
+				r.lease.Forget()
+				r.hold(next)
+				r.log.Warn().Msg("lease re-acquired with the same fence after Redis came back")
+				continue
+			case errors.Is(rerr, tenantlock.ErrLeaseRefused) || errors.Is(rerr, tenantlock.ErrLocked):
+				r.leaseLost(rerr)
+				return fmt.Errorf("%w: %w", errStoreRefused, rerr)
+			}
+		}
+		r.c.sleep(delay)
+		delay = min(delay*2, time.Second)
 	}
+}
+
+// applied updates the run after a successful write.
+func (r *taskRun) applied(w task.Write, res task.WriteResult) {
 	r.t.Seq = res.Seq
 	r.t.PauseRequested, r.t.CancelRequested = res.PauseRequested, res.CancelRequested
+	r.c.publishWrite(r.t, w.PrevStatus, r.events)
 	r.events = nil
 	if w.ReleaseLock {
 		r.released = true
@@ -311,7 +449,9 @@ func (r *taskRun) commit(w task.Write) error {
 	if r.pr != nil && res.PlanStatus != "" {
 		r.pr.observe(plan.Status(res.PlanStatus))
 	}
-	return nil
+	if res.PlanStatus != "" {
+		r.c.planStatusSeen(r.t.PlanID, plan.Status(res.PlanStatus))
+	}
 }
 
 // finalWrite moves the task to a final or paused status and releases the
@@ -347,6 +487,7 @@ func (r *taskRun) finalWrite(to task.Status, reason string, ck *checkpoint.Check
 		}
 		return
 	}
+	r.c.obs.TaskFinished(to)
 	lvl := r.log.Info()
 	if to == task.StatusFailed {
 		lvl = r.log.Warn()
@@ -365,6 +506,7 @@ func (r *taskRun) writeFailed(err error, what string) {
 
 // finish releases what the run still holds and unregisters it.
 func (r *taskRun) finish() {
+	r.stopBeat()
 	if !r.released {
 		ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
 		if err := r.lease.Release(ctx); err != nil {
@@ -384,27 +526,33 @@ func (r *taskRun) finish() {
 	r.c.runs.Done()
 }
 
-// heartbeat refreshes the task's heartbeat every lease/3 while it runs, and
-// cancels the run when the lease is lost or the store refuses the beat.
-func (r *taskRun) heartbeat() (stop func()) {
+// heartbeat refreshes the task's heartbeat every lease/3 while it holds
+// lease, and cancels the run's stage (cancel) when the lease is lost: the
+// instance cannot promise it is the only one deploying the tenant after its
+// lease ends.
+func (r *taskRun) heartbeat(lease *tenantlock.Lease, cancel context.CancelCauseFunc) (stop func()) {
 	done := make(chan struct{})
+	exited := make(chan struct{})
+	tenantID, taskID, g := r.t.TenantID, r.t.ID, guardOf(lease)
 	go func() {
+		defer close(exited)
 		tick := time.NewTicker(max(r.c.cfg.Lease/3, 10*time.Millisecond))
 		defer tick.Stop()
 		for {
 			select {
 			case <-done:
 				return
-			case <-r.lease.Lost():
-				r.cancel(r.lease.Err())
+			case <-lease.Lost():
+				r.c.obs.LeaseLost()
+				cancel(fmt.Errorf("%w: %w", errInterrupted, lease.Err()))
 				return
 			case <-tick.C:
-				ctx, cancel := context.WithTimeout(context.Background(), max(r.c.cfg.Lease/3, time.Second))
-				err := r.c.store.Beat(ctx, r.t.TenantID, r.t.ID, r.guard(), r.c.now())
-				cancel()
+				ctx, cancelBeat := context.WithTimeout(context.Background(), max(r.c.cfg.Lease/3, time.Second))
+				err := r.c.store.Beat(ctx, tenantID, taskID, g, r.c.now())
+				cancelBeat()
 				if errors.Is(err, task.ErrWriteRefused) {
 					r.log.Error().Err(err).Msg("heartbeat refused: another instance owns the task")
-					r.cancel(fmt.Errorf("%w: heartbeat refused: %w", tenantlock.ErrLeaseLost, err))
+					cancel(fmt.Errorf("%w: heartbeat refused: %w", tenantlock.ErrLeaseRefused, err))
 					return
 				}
 				if err != nil {
@@ -413,7 +561,10 @@ func (r *taskRun) heartbeat() (stop func()) {
 			}
 		}
 	}()
-	return func() { close(done) }
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done); <-exited })
+	}
 }
 
 // requestPause asks a run on this instance to pause at the next boundary.

@@ -154,6 +154,9 @@ func (c *Coordinator) ReleaseLock(ctx context.Context, tenantID string, expected
 			c.log.Warn().Err(err).Str("tenant_id", tenantID).Msg("record lock release in timeline")
 		}
 	}
+	c.pub.publish(task.FeedEvent{Type: string(task.EventLockReleased), At: c.now().UTC(), PlanID: info.Holder.PlanID,
+		TaskID: info.Holder.TaskID, TenantID: tenantID, Data: map[string]any{"fence": info.Fence, "holder": info.Holder.Instance,
+			"reason": reason, "actor": actorName(a), "role": a.Role, "requestId": a.RequestID, "clientAddr": a.Addr}})
 	return info, nil
 }
 
@@ -216,9 +219,11 @@ func (c *Coordinator) requestTask(ctx context.Context, tenantID, reason string, 
 			r.requestPause(reason)
 		}
 	}
-	if _, err := c.store.RequestTask(ctx, tenantID, t.ID, req, ev); err != nil {
+	stored, err := c.store.RequestTask(ctx, tenantID, t.ID, req, ev)
+	if err != nil {
 		return TaskView{}, translate(err, "task")
 	}
+	c.publishTask(stored, ev)
 	c.log.Info().Str("tenant_id", tenantID).Str("task_id", t.ID).Str("request", string(req)).Str("actor", ev.Actor).Str("reason", reason).Msg("task request stored")
 	return c.viewOf(ctx, t.ID)
 }
@@ -249,6 +254,13 @@ func (c *Coordinator) cancelIdle(ctx context.Context, t *task.Task, reason strin
 	var refused *task.RefusedError
 	if errors.As(err, &refused) && refused.Status == task.StatusRunning {
 		_, err = c.store.RequestTask(wctx, t.TenantID, t.ID, task.RequestCancel, ev)
+		if err == nil {
+			c.publishTask(t, ev)
+		}
+	} else if err == nil {
+		for _, e := range events {
+			c.publishTask(t, e)
+		}
 	}
 	if err != nil && !errors.As(err, &refused) {
 		return translate(err, "task")
