@@ -63,8 +63,9 @@
 // Reacquire runs scripts/reacquire_lock.lua: if the lock still holds the
 // lease's value, PEXPIRE it; if it is free and the fence counter still
 // equals the lease's token, SET it again with the same value; else refuse.
-// Only an acquirer moves the counter, so an unchanged counter proves that no
-// other holder took the tenant (and wrote with a newer token) meanwhile; the
+// Only an acquirer (and a force-release) moves the counter, so an unchanged
+// counter proves that no other holder took the tenant (and wrote with a
+// newer token) meanwhile and no operator released it; the
 // writes the holder kept in memory then pass the fenced script with the
 // same value and fence. On success it returns a new Lease (same value and
 // fence, its own renewer) and retires the old one, whose Release and Forget
@@ -72,11 +73,10 @@
 // was refused: a lock that was force-released is free with an unchanged
 // counter, and must not come back.
 //
-// One case remains: a force-release while this instance cannot reach Redis
-// leaves its lease lapsed, not refused, and Reacquire later finds the lock
-// free with the counter unchanged and takes it back. Mutual exclusion still
-// holds (whoever acquired meanwhile moved the counter), but the operator's
-// release is undone; ForceRelease moving the counter would close this.
+// A force-release while this instance cannot reach Redis leaves its lease
+// lapsed, not refused; ForceRelease moves the counter on after deleting the
+// lock, so Reacquire later finds the counter changed and refuses: the
+// operator's release is never undone.
 //
 // # Fencing tokens
 //
@@ -89,8 +89,8 @@
 // to a restart from an old snapshot still yields a token above every token
 // handed out before, as long as tokens were not taken faster than one per
 // millisecond and clocks agree within the time between two acquisitions of a
-// tenant. The counter has no TTL, and only a holder moves it, so while the
-// lock is held the counter is exactly the holder's token; ForceRelease
+// tenant. The counter has no TTL, and while the lock is held only its holder
+// has moved it, so it is exactly the holder's token; ForceRelease
 // compares it with the token the operator saw (scripts/force_release_lock.lua,
 // one atomic step). A pool per acquisition hands the token back to Acquire.
 //

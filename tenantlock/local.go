@@ -145,6 +145,8 @@ func (t *localTable) forceRelease(tenantID string, expected int64) (Info, error)
 		return info, &MismatchError{Expected: expected, Current: info}
 	}
 	e.value = ""
+	// As in Redis: the released holder must not be able to re-acquire.
+	e.fence++
 	return info, nil
 }
 

@@ -247,8 +247,8 @@ func TestLocalLease(t *testing.T) {
 		if !l.Refused() || !errors.Is(l.Err(), ErrLeaseRefused) || !errors.Is(l.Check(0), ErrLeaseLost) {
 			t.Errorf("lease after ForceRelease: refused %v, Err %v; want refused, ErrLeaseLost", l.Refused(), l.Err())
 		}
-		if info, _ := lk.View(ctx, "acme"); info.Held || info.Fence != l.Fence() {
-			t.Errorf("View after ForceRelease = %+v, want not held, fence %d", info, l.Fence())
+		if info, _ := lk.View(ctx, "acme"); info.Held || info.Fence != l.Fence()+1 {
+			t.Errorf("View after ForceRelease = %+v, want not held, fence moved on to %d", info, l.Fence()+1)
 		}
 	})
 }
@@ -272,8 +272,8 @@ func TestLocalForceRelease(t *testing.T) {
 		t.Fatalf("ForceRelease: %v", err)
 	}
 	info, err = lk.ForceRelease(ctx, "acme", l.Fence())
-	if !errors.Is(err, ErrNotHeld) || info.Held || info.Fence != l.Fence() {
-		t.Errorf("ForceRelease of a free lock = %+v, %v; want ErrNotHeld with the last fence", info, err)
+	if !errors.Is(err, ErrNotHeld) || info.Held || info.Fence != l.Fence()+1 {
+		t.Errorf("ForceRelease of a free lock = %+v, %v; want ErrNotHeld with the counter moved on by the release", info, err)
 	}
 	if _, err := lk.ForceRelease(ctx, "never-locked", 1); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("ForceRelease of a never-locked tenant: err = %v, want ErrNotHeld", err)

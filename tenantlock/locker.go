@@ -198,7 +198,8 @@ func (l *Locker) View(ctx context.Context, tenantID string) (Info, error) {
 
 // ForceRelease deletes the tenant's lock if the fencing token is still
 // expectedFence (break-glass: the operator saw that token), atomically, and
-// returns the lock as it was. Returns ErrNotHeld (with the Info) when nobody
+// returns the lock as it was. It also moves the fence counter on, so the
+// released holder cannot take the lock back with Reacquire. Returns ErrNotHeld (with the Info) when nobody
 // holds the lock, a *MismatchError (errors.Is ErrFenceMismatch) when the
 // lock changed hands, a *RedisError when Redis failed.
 func (l *Locker) ForceRelease(ctx context.Context, tenantID string, expectedFence int64) (Info, error) {

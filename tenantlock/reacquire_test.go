@@ -303,3 +303,65 @@ func TestReacquireAfterOutage(t *testing.T) {
 		t.Errorf("Release of the re-acquired lease: %v", err)
 	}
 }
+
+// TestForceReleaseBlocksReacquire: a holder cut off from Redis while an
+// operator force-released its lock cannot take it back when Redis returns.
+func TestForceReleaseBlocksReacquire(t *testing.T) {
+	t.Parallel()
+	for _, be := range redistest.Backends() {
+		t.Run(be.Name, func(t *testing.T) {
+			t.Parallel()
+			client, prefix := be.New(t)
+			l, err := New(client, Config{Lease: time.Minute,
+				LockKey:  func(tn string) string { return prefix + "lock:tenant:{" + tn + "}" },
+				FenceKey: func(tn string) string { return prefix + "fence:tenant:{" + tn + "}" }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			lease, err := l.Acquire(ctx, "t-1", Holder{PlanID: "p", TaskID: "t", Instance: "i"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lease.Forget()
+			if _, err := l.ForceRelease(ctx, "t-1", lease.Fence()); err != nil {
+				t.Fatal(err)
+			}
+			info, err := l.View(ctx, "t-1")
+			if err != nil || info.Held || info.Fence != lease.Fence()+1 {
+				t.Fatalf("after force-release: %+v %v (want free, fence %d)", info, err, lease.Fence()+1)
+			}
+			if _, err := l.Reacquire(ctx, lease); !errors.Is(err, ErrLeaseRefused) {
+				t.Fatalf("reacquire after force-release: %v, want ErrLeaseRefused", err)
+			}
+			next, err := l.Acquire(ctx, "t-1", Holder{PlanID: "p", TaskID: "t2", Instance: "i"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer next.Forget()
+			if next.Fence() <= lease.Fence()+1 {
+				t.Fatalf("next fence %d not above %d", next.Fence(), lease.Fence()+1)
+			}
+		})
+	}
+}
+
+func TestLocalForceReleaseBlocksReacquire(t *testing.T) {
+	t.Parallel()
+	l, err := NewLocal(LocalConfig{Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lease, err := l.Acquire(ctx, "t-1", Holder{PlanID: "p", TaskID: "t", Instance: "i"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Forget()
+	if _, err := l.ForceRelease(ctx, "t-1", lease.Fence()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Reacquire(ctx, lease); !errors.Is(err, ErrLeaseRefused) {
+		t.Fatalf("reacquire after force-release: %v, want ErrLeaseRefused", err)
+	}
+}
