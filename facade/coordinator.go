@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,7 +173,7 @@ func New(store Store, locks Locker, cfg Config) (*Coordinator, error) {
 	}
 	c := &Coordinator{
 		store: store, locks: locks, cfg: cfg, now: cfg.Clock,
-		log:   log.With().Str("component", "facade").Str("instance", cfg.Instance).Logger(),
+		log:   log.With().Str("component", "facade").Logger(),
 		plans: map[string]*planRun{}, tasks: map[string]*taskRun{},
 		obs: cfg.Observer, started: cfg.Clock().UTC(), planStatus: map[string]plan.Status{},
 		bgStop: make(chan struct{}), bgDone: make(chan struct{}),
@@ -329,7 +330,7 @@ func checkTenant(id string) error {
 
 func checkReason(reason string) error {
 	if err := plan.CheckReason(reason); err != nil {
-		return wrapf(ErrInvalid, "%v", err)
+		return wrapf(ErrInvalid, "%s", strings.TrimPrefix(err.Error(), plan.ErrInvalid.Error()+": "))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
@@ -144,8 +145,16 @@ func (c *Coordinator) PlanTasks(ctx context.Context, planID string, f plan.TaskF
 		return nil, "", err
 	}
 	if f.Orphaned {
-		f.OrphanAfter, f.Now = c.cfg.Lease, c.now()
+		// The store can only filter by the task's own heartbeat; an owner
+		// known dead makes a task orphaned sooner. List RUNNING tasks and
+		// apply the coordinator's rule.
+		if f.Status != "" && f.Status != task.StatusRunning {
+			return []TaskView{}, "", nil
+		}
+		f.Status = task.StatusRunning
 	}
+	orphanedOnly := f.Orphaned
+	f.Orphaned = false
 	ts, next, err := c.store.PlanTasks(ctx, planID, f)
 	if err != nil {
 		return nil, "", translate(err, "plan "+planID)
@@ -153,7 +162,7 @@ func (c *Coordinator) PlanTasks(ctx context.Context, planID string, f plan.TaskF
 	views := make([]TaskView, 0, len(ts))
 	for _, t := range ts {
 		v := c.taskView(t, nil)
-		if f.Orphaned && !v.Orphaned {
+		if orphanedOnly && !v.Orphaned {
 			continue
 		}
 		views = append(views, v)
@@ -438,7 +447,9 @@ func (c *Coordinator) stopBackground() {
 	c.stopOnce.Do(func() {
 		close(c.bgStop)
 		<-c.bgDone
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
+		// Short: with Redis down, shutdown must not hang here; the record
+		// expires with its TTL anyway.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if err := c.store.DeregisterInstance(ctx, c.cfg.Instance); err != nil {
 			c.log.Warn().Err(err).Msg("deregister instance")

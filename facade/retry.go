@@ -201,7 +201,7 @@ func retryPlan(req RetryRequest, p *plan.Plan, ck *checkpoint.Checkpoint) (rerun
 		}
 		if idx > base.NextStageIndex() {
 			return rs, wrapf(ErrInvalid, "stage %s is not covered by the checkpoint: the next stage to run is %s",
-				req.FromStage, stageAt(names, base.NextStageIndex()))
+				req.FromStage, names[base.NextStageIndex()])
 		}
 		next, err := base.TruncateBefore(idx, names)
 		if err != nil {
@@ -226,9 +226,10 @@ func retryPlan(req RetryRequest, p *plan.Plan, ck *checkpoint.Checkpoint) (rerun
 	return rs, nil
 }
 
+// stageAt names stage i, "" past the last one.
 func stageAt(names []string, i int) string {
 	if i >= len(names) {
-		return "(none: every stage is done)"
+		return ""
 	}
 	return names[i]
 }

@@ -171,18 +171,12 @@ func (r *taskRun) boundary() bool {
 		return r.recover(fmt.Errorf("%w: %w", errInterrupted, cause))
 	}
 	if reason := r.cancelReq.Load(); reason != nil || r.t.CancelRequested {
-		why := "cancel requested"
-		if reason != nil {
-			why = *reason
-		}
+		why := r.requestReason(reason, task.EventCancelRequested, "cancel requested")
 		r.finalWrite(task.StatusCancelled, why, nil)
 		return false
 	}
 	if reason := r.pauseReq.Load(); reason != nil || r.t.PauseRequested {
-		why := "pause requested"
-		if reason != nil {
-			why = *reason
-		}
+		why := r.requestReason(reason, task.EventPauseRequested, "pause requested")
 		r.finalWrite(task.StatusPaused, why, nil)
 		return false
 	}
@@ -191,6 +185,27 @@ func (r *taskRun) boundary() bool {
 		return false
 	}
 	return true
+}
+
+// requestReason is the reason of a pause or cancel request: the one given
+// on this instance, else the one in the newest timeline entry of type typ
+// (a request made on another instance), else fallback.
+func (r *taskRun) requestReason(local *string, typ task.EventType, fallback string) string {
+	if local != nil {
+		return *local
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
+	defer cancel()
+	evs, err := r.c.store.Timeline(ctx, r.t.TenantID, r.t.ID, 20)
+	if err != nil {
+		return fallback
+	}
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Type == typ && evs[i].Reason != "" {
+			return evs[i].Reason
+		}
+	}
+	return fallback
 }
 
 // margin is how much lease must be left before a stage starts: a sixth of
@@ -481,7 +496,9 @@ func (r *taskRun) finalWrite(to task.Status, reason string, ck *checkpoint.Check
 	}
 	ev.Instance = r.c.cfg.Instance
 	r.addEvent(ev)
-	if err := r.write(prev, ck, true); err != nil {
+	// A pause or cancel honours the requests: clear them with the move.
+	clear := to == task.StatusPaused || to == task.StatusCancelled
+	if err := r.commit(task.Write{PrevStatus: prev, Checkpoint: ck, ReleaseLock: true, ClearRequests: clear}); err != nil {
 		if !errors.Is(err, errStoreRefused) {
 			r.log.Error().Err(err).Str("status", string(to)).Msg("final write failed; task left RUNNING in storage, will show orphaned")
 		}

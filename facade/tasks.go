@@ -150,7 +150,7 @@ func (c *Coordinator) ReleaseLock(ctx context.Context, tenantID string, expected
 		ev := a.event(task.EventLockReleased, c.now(), reason)
 		ev.Fence, ev.Instance = info.Fence, c.cfg.Instance
 		ev.Data = map[string]any{"holder": info.Holder.Instance, "planId": info.Holder.PlanID}
-		if _, err := c.store.RequestTask(ctx, tenantID, info.Holder.TaskID, "", ev); err != nil && !errors.Is(err, task.ErrNotFound) {
+		if _, err := c.store.RequestTask(ctx, tenantID, info.Holder.TaskID, task.RequestNote, ev); err != nil && !errors.Is(err, task.ErrNotFound) {
 			c.log.Warn().Err(err).Str("tenant_id", tenantID).Msg("record lock release in timeline")
 		}
 	}

@@ -628,6 +628,7 @@ func (m *Memory) requestLocked(mt *memTask, req task.Request) bool {
 		t.CancelRequested = true
 	case req == task.RequestClearPause && t.PauseRequested:
 		t.PauseRequested = false
+	case req == task.RequestNote:
 	default:
 		return false
 	}

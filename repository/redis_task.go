@@ -147,10 +147,10 @@ func encodeEvents(evs []task.Event) ([]string, error) {
 
 func checkRequest(req task.Request) error {
 	switch req {
-	case task.RequestPause, task.RequestCancel, task.RequestClearPause:
+	case task.RequestPause, task.RequestCancel, task.RequestClearPause, task.RequestNote:
 		return nil
 	}
-	return fmt.Errorf("%w: request %s must be pause, cancel or clear_pause", task.ErrInvalid, task.Quote(string(req)))
+	return fmt.Errorf("%w: request %s must be pause, cancel, clear_pause or note", task.ErrInvalid, task.Quote(string(req)))
 }
 
 // RequestTask stores a cooperative request on a task without the tenant lock

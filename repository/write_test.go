@@ -235,6 +235,14 @@ func TestWriteTaskReturnsRequests(t *testing.T) {
 		if tl, _ := e.store.Timeline(ctx, tenantName(1), fx.tasks[1].ID, 0); len(tl) != 0 {
 			t.Fatalf("timeline %+v: an unstored request left an event", tl)
 		}
+		// A note changes nothing but is always recorded.
+		got, err = e.store.RequestTask(ctx, tenantName(1), fx.tasks[1].ID, task.RequestNote, task.Event{Type: task.EventLockReleased, Actor: "sre"})
+		if err != nil || got.Status != task.StatusPending || got.Seq != fx.tasks[1].Seq || got.PauseRequested || got.CancelRequested {
+			t.Fatalf("note: %+v, %v", got, err)
+		}
+		if tl, _ := e.store.Timeline(ctx, tenantName(1), fx.tasks[1].ID, 0); len(tl) != 1 || tl[0].Type != task.EventLockReleased {
+			t.Fatalf("timeline after a note: %+v", tl)
+		}
 
 		r := start(t, e, fx.tasks[0], 1)
 		got, err = e.store.RequestTask(ctx, tenantName(0), r.tk.ID, task.RequestPause, task.Event{Type: task.EventPauseRequested, Actor: "sre", Reason: "INC-1"})

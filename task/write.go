@@ -107,4 +107,7 @@ const (
 	RequestCancel Request = "cancel"
 	// RequestClearPause withdraws a pause request not yet honoured.
 	RequestClearPause Request = "clear_pause"
+	// RequestNote changes nothing and only appends the event to the task's
+	// timeline (an operator action about the task, like a lock release).
+	RequestNote Request = "note"
 )

@@ -1,12 +1,13 @@
 -- request_task.lua: stores a cooperative request on a task, without the
 -- tenant lock and without changing its seq, in the tenant's slot.
 -- "pause" and "cancel" are stored only on a RUNNING task; "clear_pause"
--- withdraws a pause request on a task of any status. ev is appended to the
--- timeline only when the request changed something or was stored.
+-- withdraws a pause request on a task of any status; "note" changes nothing.
+-- ev is appended to the timeline only when the request changed something or
+-- was stored, and always for "note".
 --
 -- KEYS[1] -> {p}task:{tenantId}:<taskId>              task record (HASH)
 -- KEYS[2] -> {p}task:{tenantId}:<taskId>:timeline     timeline (LIST)
--- ARGV[1] -> request: pause | cancel | clear_pause
+-- ARGV[1] -> request: pause | cancel | clear_pause | note
 -- ARGV[2] -> timeline entry (JSON), "" for none
 -- ARGV[3] -> timeline max entries
 -- ARGV[4] -> TTL in milliseconds
@@ -24,6 +25,8 @@ elseif ARGV[1] == 'cancel' and status == 'RUNNING' then
   applied = 1
 elseif ARGV[1] == 'clear_pause' and redis.call('HGET', KEYS[1], 'pauseRequested') == '1' then
   redis.call('HSET', KEYS[1], 'pauseRequested', '0')
+  applied = 1
+elseif ARGV[1] == 'note' then
   applied = 1
 end
 if applied == 1 and ARGV[2] ~= '' then
