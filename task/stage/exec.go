@@ -71,7 +71,7 @@ func (k execKind) Compile(spec task.StageSpec, env Env) (Runnable, error) {
 		return nil, notAllowed("kind", "exec stages are allowed only in operator-defined pipelines")
 	}
 	if !k.allowed {
-		return nil, notAllowed("kind", "exec stages are disabled on this server")
+		return nil, notAllowed("kind", "exec stages are disabled on this server (the operator enables them with DEPLOYCOORD_ALLOW_EXEC=true)")
 	}
 	var c ExecConfig
 	if err := DecodeConfig(spec, &c); err != nil {
