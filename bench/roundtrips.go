@@ -1,0 +1,431 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deploycoord/deploycoord/facade"
+	"github.com/deploycoord/deploycoord/httpapi"
+)
+
+// Kinds of round trips the classifier tells apart.
+const (
+	rtLockAcquire = "lock acquire"
+	rtTaskStart   = "task start write (PENDING→RUNNING)"
+	rtStage       = "stage transition write"
+	rtTaskFinish  = "task finish write (+ lock release)"
+	rtScriptLoad  = "script load"
+	rtPlanStatus  = "plan status read"
+	rtTenantIndex = "tenant index read"
+	rtTaskRecord  = "task record + checkpoint read"
+	rtPlanCreate  = "plan creation"
+	rtLockRelease = "lock release"
+	rtLockExtend  = "lock extend"
+	rtHeartbeat   = "heartbeat"
+	rtEventFeed   = "event feed append (XADD)"
+)
+
+// rttCounter is a go-redis hook that counts round trips — one per command
+// sent alone, one per pipeline or MULTI/EXEC block — and sorts them by what
+// they do, from the commands and their keys. It is the round-trip counter of
+// the main module's internal/redistest (which another module cannot import),
+// plus the classification. Connection handshakes are not counted.
+//
+// Round trips made with a context from Tagged are also counted apart, so
+// that an operation's own round trips can be told from what runs in the
+// background meanwhile (plan polls, heartbeats, event feeds).
+type rttCounter struct {
+	total  atomic.Int64
+	tagged atomic.Int64
+	mu     sync.Mutex
+	kinds  map[string]int64
+	tkinds map[string]int64
+}
+
+func newRTTCounter() *rttCounter {
+	return &rttCounter{kinds: map[string]int64{}, tkinds: map[string]int64{}}
+}
+
+// tag is the context key of Tagged.
+type tag struct{}
+
+// Tagged returns ctx marked so that the round trips made with it are
+// counted apart (CountTagged).
+func (c *rttCounter) Tagged(ctx context.Context) context.Context {
+	return context.WithValue(ctx, tag{}, c)
+}
+
+// CountTagged runs f with a tagged context and returns the round trips made
+// with it, in all and by kind.
+func (c *rttCounter) CountTagged(ctx context.Context, f func(ctx context.Context)) (int64, map[string]int64) {
+	c.mu.Lock()
+	before, kinds := c.tagged.Load(), maps.Clone(c.tkinds)
+	c.mu.Unlock()
+	f(c.Tagged(ctx))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tagged.Load() - before, diff(kinds, c.tkinds)
+}
+
+// DialHook implements redis.Hook.
+func (c *rttCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (c *rttCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.count(ctx, []redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (c *rttCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.count(ctx, cmds)
+		return next(ctx, cmds)
+	}
+}
+
+func (c *rttCounter) count(ctx context.Context, cmds []redis.Cmder) {
+	kind := classify(cmds)
+	if kind == "" {
+		return // handshake only
+	}
+	tagged := ctx.Value(tag{}) == c
+	c.mu.Lock()
+	c.total.Add(1)
+	c.kinds[kind]++
+	if tagged {
+		c.tagged.Add(1)
+		c.tkinds[kind]++
+	}
+	c.mu.Unlock()
+}
+
+// Total returns the round trips counted so far.
+func (c *rttCounter) Total() int64 { return c.total.Load() }
+
+// Snapshot returns the round trips counted so far by kind.
+func (c *rttCounter) Snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.kinds)
+}
+
+// diff returns b - a by kind.
+func diff(a, b map[string]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range b {
+		if d := v - a[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// handshake reports whether cmd is one go-redis sends while it sets up a
+// connection (as in internal/redistest).
+func handshake(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "hello", "auth", "select", "readonly":
+		return true
+	case "client":
+		args := cmd.Args()
+		if len(args) < 2 {
+			return false
+		}
+		sub, _ := args[1].(string)
+		switch strings.ToLower(sub) {
+		case "setname", "setinfo", "tracking", "maint_notifications":
+			return true
+		}
+	}
+	return false
+}
+
+// scriptCall is a script call's keys and arguments.
+type scriptCall struct {
+	keys []string
+	argv []any
+}
+
+// asScript returns the keys and arguments of an EVAL or EVALSHA.
+func asScript(cmd redis.Cmder) (scriptCall, bool) {
+	switch cmd.Name() {
+	case "evalsha", "eval", "evalsha_ro", "eval_ro":
+	default:
+		return scriptCall{}, false
+	}
+	args := cmd.Args()
+	if len(args) < 3 {
+		return scriptCall{}, false
+	}
+	nk := 0
+	switch v := args[2].(type) {
+	case int:
+		nk = v
+	case int64:
+		nk = int(v)
+	case string:
+		nk, _ = strconv.Atoi(v)
+	}
+	if nk < 0 || len(args) < 3+nk {
+		return scriptCall{}, false
+	}
+	keys := make([]string, nk)
+	for i := range keys {
+		keys[i] = argStr(args[3+i])
+	}
+	return scriptCall{keys: keys, argv: args[3+nk:]}, true
+}
+
+func argStr(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case fmt.Stringer:
+		return x.String()
+	}
+	return fmt.Sprint(v)
+}
+
+// Scripts told apart by their keys (repository/scripts, tenantlock/scripts,
+// redsync's release and extend).
+const (
+	scWriteTask  = "write_task"
+	scMoveCounts = "move_plan_counts"
+	scAcquire    = "acquire_lock"
+	scRelease    = "release_lock"
+	scExtend     = "extend_lock"
+	scBeat       = "beat_task"
+	scCreate     = "create_plan"
+	scOther      = "other script"
+)
+
+// scriptKind names a script call from its keys and the number of its
+// arguments.
+func scriptKind(sc scriptCall) string {
+	k, n := sc.keys, len(sc.argv)
+	has := func(i int, part string) bool { return i < len(k) && strings.Contains(k[i], part) }
+	switch {
+	case len(k) == 6 && has(0, "task:{") && has(1, "ckpt:{"):
+		return scWriteTask
+	case len(k) == 3 && strings.HasSuffix(k[0], ":counts") && n == 10:
+		return scMoveCounts
+	case len(k) == 2 && has(0, "lock:tenant:{") && has(1, "fence:tenant:{") && n == 3:
+		return scAcquire
+	case len(k) == 1 && has(0, "lock:tenant:{") && n == 1:
+		return scRelease // redsync's compare-and-delete
+	case len(k) == 1 && has(0, "lock:tenant:{"):
+		return scExtend // redsync's compare-and-pexpire
+	case len(k) == 2 && has(0, "task:{") && has(1, "lock:tenant:{"):
+		return scBeat
+	case len(k) == 2 && strings.HasSuffix(k[1], ":counts") && !strings.HasSuffix(k[0], ":tasks"):
+		return scCreate // create_plan.lua
+	case len(k) == 2 && strings.HasSuffix(k[0], ":tasks") && n > 4:
+		return scCreate // push_plan_tasks.lua (list_plan_tasks.lua has 4 arguments)
+	}
+	return scOther
+}
+
+// classify names what a round trip does ("" for a handshake).
+func classify(cmds []redis.Cmder) string {
+	var names []string
+	seen := map[string]bool{}
+	moveStatus := ""
+	for _, cmd := range cmds {
+		if handshake(cmd) {
+			continue
+		}
+		name := cmd.Name()
+		names = append(names, name)
+		if sc, ok := asScript(cmd); ok {
+			kind := scriptKind(sc)
+			seen[kind] = true
+			if kind == scMoveCounts {
+				moveStatus = argStr(sc.argv[1])
+			}
+			continue
+		}
+		key := ""
+		if args := cmd.Args(); len(args) > 1 {
+			key = argStr(args[1])
+		}
+		switch {
+		case name == "script":
+			seen[rtScriptLoad] = true
+		case name == "xadd":
+			seen[rtEventFeed] = true
+		case name == "hgetall" && strings.Contains(key, "plan:"):
+			seen["plan hash"] = true
+		case name == "hmget" && strings.HasSuffix(key, ":counts"):
+			seen["counts"] = true
+		case name == "get" && strings.Contains(key, "index:tenant:{"):
+			seen[rtTenantIndex] = true
+		case name == "hgetall" && strings.Contains(key, "task:{"):
+			seen[rtTaskRecord] = true
+		case name == "hset" && strings.Contains(key, "task:{"):
+			seen[scCreate] = true // a batch of plan creation
+		}
+	}
+	switch {
+	case len(names) == 0:
+		return ""
+	case seen[scWriteTask] && moveStatus == "RUNNING":
+		return rtTaskStart
+	case seen[scWriteTask] && moveStatus != "":
+		return rtTaskFinish
+	case seen[scWriteTask]:
+		return rtStage
+	case seen[scAcquire]:
+		return rtLockAcquire
+	case seen[scRelease]:
+		return rtLockRelease
+	case seen[scExtend]:
+		return rtLockExtend
+	case seen[scBeat]:
+		return rtHeartbeat
+	case seen[scCreate]:
+		return rtPlanCreate
+	case seen[rtScriptLoad]:
+		return rtScriptLoad
+	case seen[rtEventFeed]:
+		return rtEventFeed
+	case seen["plan hash"] && seen["counts"]:
+		return rtPlanStatus
+	case seen[rtTenantIndex] && len(names) == 1:
+		return rtTenantIndex
+	case seen[rtTaskRecord]:
+		return rtTaskRecord
+	}
+	slices.Sort(names)
+	return "other: " + strings.Join(slices.Compact(names), "+")
+}
+
+// rttResult holds the round trips of each measured operation.
+type rttResult struct {
+	tasks, stages int
+	// single and multi are the round trips by kind of a plan of tasks × 1
+	// stage and of tasks × stages stages, create + run.
+	single, multi map[string]int64
+	// create is the round trips of creating a plan of tasks tenants,
+	// createKinds the same by kind.
+	create      int64
+	createKinds map[string]int64
+	// query is the round trips of one tenant query through the facade,
+	// queryHTTP through the HTTP API (averages).
+	query, queryHTTP float64
+	// status is the round trips of one plan status query.
+	status float64
+}
+
+// measureRoundTrips runs small plans on a client with the classifying hook
+// and counts the round trips of every operation.
+func (e *env) measureRoundTrips(ctx context.Context, tasks, stages int) (rttResult, error) {
+	res := rttResult{tasks: tasks, stages: stages}
+	client := e.newClient()
+	defer client.Close()
+	counter := newRTTCounter()
+	client.AddHook(counter)
+	prefix := newPrefix("rtt")
+	defer func() { _ = e.reset(context.Background(), prefix) }()
+	in, err := e.newInstance(client, prefix)
+	if err != nil {
+		return res, err
+	}
+	defer in.shutdown()
+
+	// Warm up: scripts loaded, connections open. Each plan has tenants of
+	// its own, so no task finds its tenant locked.
+	if _, err := runOn(ctx, in, 100*tasks, 10, 1, e.cfg.Concurrency, nil); err != nil {
+		return res, err
+	}
+
+	// Count from CreatePlan until idle; the checks afterwards are not counted.
+	before := counter.Snapshot()
+	if _, err := runOn(ctx, in, 0, tasks, 1, e.cfg.Concurrency, func() { res.single = diff(before, counter.Snapshot()) }); err != nil {
+		return res, err
+	}
+	before = counter.Snapshot()
+	if _, err := runOn(ctx, in, tasks, tasks, stages, e.cfg.Concurrency, func() { res.multi = diff(before, counter.Snapshot()) }); err != nil {
+		return res, err
+	}
+
+	var pv facade.PlanView
+	var err1 error
+	res.create, res.createKinds = counter.CountTagged(ctx, func(ctx context.Context) {
+		pv, err1 = in.coord.CreatePlan(ctx, planSpec(2*tasks, tasks, 1, e.cfg.Concurrency, false), facade.Actor{Name: "bench"})
+	})
+	if err1 != nil {
+		return res, err1
+	}
+
+	const queries = 200
+	n, _ := counter.CountTagged(ctx, func(ctx context.Context) {
+		for i := range queries {
+			if _, err := in.coord.TaskByTenant(ctx, tenantID(i%tasks)); err != nil {
+				err1 = err
+				return
+			}
+		}
+	})
+	if err1 != nil {
+		return res, err1
+	}
+	res.query = float64(n) / queries
+
+	h := httpapi.New(in.coord, httpapi.Config{})
+	n, _ = counter.CountTagged(ctx, func(ctx context.Context) {
+		for i := range queries {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodGet, "/v1/tenants/"+tenantID(i%tasks)+"/task", nil).WithContext(ctx)
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				err1 = fmt.Errorf("GET tenant task: %d %s", rec.Code, rec.Body)
+				return
+			}
+		}
+	})
+	if err1 != nil {
+		return res, err1
+	}
+	res.queryHTTP = float64(n) / queries
+
+	n, _ = counter.CountTagged(ctx, func(ctx context.Context) {
+		for range queries {
+			if _, err := in.coord.Plan(ctx, pv.ID); err != nil {
+				err1 = err
+				return
+			}
+		}
+	})
+	res.status = float64(n) / queries
+	return res, err1
+}
+
+// runOn runs a plan of n tenants (ids from first on) × stages noop stages
+// on in, waits until in is idle, calls idle (if not nil) and checks the
+// plan; it returns the plan id.
+func runOn(ctx context.Context, in *instance, first, n, stages, concurrency int, idle func()) (string, error) {
+	pv, err := in.coord.CreatePlan(ctx, planSpec(first, n, stages, concurrency, true), facade.Actor{Name: "bench"})
+	if err != nil {
+		return "", fmt.Errorf("create plan: %w", err)
+	}
+	if err := in.coord.Idle(ctx); err != nil {
+		return "", fmt.Errorf("wait for plan %s: %w", pv.ID, err)
+	}
+	if idle != nil {
+		idle()
+	}
+	return pv.ID, verifyCompleted(ctx, in, pv.ID, first, n, stages)
+}

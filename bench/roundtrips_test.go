@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cmd := func(args ...any) redis.Cmder { return redis.NewCmd(ctx, args...) }
+	const p = "bench-rtt-1a2b3c:"
+	task := p + "task:{tenant-000001}:task-01J"
+	writeTask := cmd("evalsha", "sha", 6, task, p+"ckpt:{tenant-000001}:task-01J", task+":timeline",
+		p+"lock:tenant:{tenant-000001}", p+"index:tenant:{tenant-000001}", p+"index:tenant:{tenant-000001}:history",
+		"lockvalue", 7, 1, "wid", "", "0", "0", 100, 604800000, 0)
+	move := func(status string) redis.Cmder {
+		return cmd("evalsha", "sha", 3, p+"plan:{plan-01J}:counts", p+"plan:{plan-01J}", p+"plan:{plan-01J}:tasks",
+			"task-01J", status, 2, 7, "wid", "bench-1", "tenant-000001", "2026-11-22T00:00:00Z", 604800000, "threshold")
+	}
+	expireRef := cmd("pexpire", p+"taskref:{task-01J}", 604800000)
+	tests := []struct {
+		name string
+		cmds []redis.Cmder
+		want string
+	}{
+		{"TaskStart", []redis.Cmder{writeTask, move("RUNNING"), expireRef}, rtTaskStart},
+		{"TaskFinish", []redis.Cmder{writeTask, move("COMPLETED"), expireRef}, rtTaskFinish},
+		{"StageTransition", []redis.Cmder{writeTask}, rtStage},
+		{"LockAcquire", []redis.Cmder{cmd("evalsha", "sha", 2, p+"lock:tenant:{t}", p+"fence:tenant:{t}", "v", 60000, 1)}, rtLockAcquire},
+		{"LockRelease", []redis.Cmder{cmd("evalsha", "sha", 1, p+"lock:tenant:{t}", "v")}, rtLockRelease},
+		{"LockExtend", []redis.Cmder{cmd("evalsha", "sha", 1, p+"lock:tenant:{t}", "v", 60000)}, rtLockExtend},
+		{"Heartbeat", []redis.Cmder{cmd("evalsha", "sha", 2, task, p+"lock:tenant:{t}", "v", 7, "now")}, rtHeartbeat},
+		{"PlanStatus", []redis.Cmder{cmd("hgetall", p+"plan:{plan-01J}"), cmd("hmget", p+"plan:{plan-01J}:counts", "PENDING")}, rtPlanStatus},
+		{"TenantIndex", []redis.Cmder{cmd("get", p+"index:tenant:{t}")}, rtTenantIndex},
+		{"TaskRecord", []redis.Cmder{cmd("hgetall", task), cmd("get", p+"ckpt:{t}:task-01J")}, rtTaskRecord},
+		{"PlanCreationBatch", []redis.Cmder{
+			cmd("evalsha", "sha", 2, p+"plan:{plan-01J}:tasks", p+"plan:{plan-01J}:counts", 0, 604800000, "task-01J", "PENDING|0|0||"),
+			cmd("hset", task, "id", "task-01J"),
+		}, rtPlanCreate},
+		{"ScriptLoad", []redis.Cmder{cmd("script", "load", "return 1")}, rtScriptLoad},
+		{"EventFeed", []redis.Cmder{cmd("xadd", p+"events", "*", "e", "{}")}, rtEventFeed},
+		{"HandshakeOnly", []redis.Cmder{cmd("hello", 3), cmd("client", "setinfo", "LIB-NAME", "go-redis")}, ""},
+		{"Other", []redis.Cmder{cmd("ping")}, "other: ping"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := classify(tt.cmds); got != tt.want {
+				t.Errorf("classify = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCountTaggedCountsOnlyTaggedRoundTrips(t *testing.T) {
+	t.Parallel()
+	c := newRTTCounter()
+	ctx := context.Background()
+	get := redis.NewCmd(ctx, "get", "bench:index:tenant:{t}")
+	c.count(ctx, []redis.Cmder{get}) // background
+	n, kinds := c.CountTagged(ctx, func(ctx context.Context) {
+		c.count(ctx, []redis.Cmder{get})
+		c.count(context.Background(), []redis.Cmder{get}) // background meanwhile
+		c.count(ctx, []redis.Cmder{redis.NewCmd(ctx, "hello", 3)})
+	})
+	if n != 1 || kinds[rtTenantIndex] != 1 || len(kinds) != 1 {
+		t.Errorf("CountTagged = %d %v, want 1 tenant index read", n, kinds)
+	}
+	if got := c.Total(); got != 3 {
+		t.Errorf("Total = %d, want 3 (handshakes not counted)", got)
+	}
+}

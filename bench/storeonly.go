@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/deploycoord/deploycoord/checkpoint"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/repository"
+	"github.com/deploycoord/deploycoord/task"
+	"github.com/deploycoord/deploycoord/tenantlock"
+)
+
+// runStoreOnly makes the storage calls of a plan of n tenants × 1 noop
+// stage without the coordinator: the Redis store's CreatePlan, then from
+// -concurrency goroutines, for each task, what the runner sends — the
+// tenant lock (tenantlock.Acquire), the PENDING → RUNNING write, the final
+// write with the checkpoint and the lock release — and checks the plan
+// COMPLETED. It is the floor under the coordinator's cost with today's
+// scripts and round trips: the coordinator cannot be faster than its
+// storage, and what it adds on top is its own overhead.
+func (e *env) runStoreOnly(ctx context.Context, n int) (planRun, error) {
+	prefix := newPrefix("store")
+	defer func() { _ = e.reset(context.Background(), prefix) }()
+	store, err := repository.NewRedis(e.client, repository.Config{Prefix: prefix})
+	if err != nil {
+		return planRun{}, err
+	}
+	keys := store.Keys()
+	locks, err := tenantlock.New(e.client, tenantlock.Config{
+		LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
+		FenceKey: func(t string) string { k, _ := keys.Fence(t); return k },
+	})
+	if err != nil {
+		return planRun{}, err
+	}
+	const instance = "bench-1"
+	cpu0 := e.cpuNow(ctx)
+	start := time.Now()
+	now := start
+	p := &plan.Plan{
+		ID: plan.NewID(now), Name: "bench", Status: plan.StatusCreated, MaxConcurrency: e.cfg.Concurrency,
+		Stages: []task.StageSpec{{Name: "s00", Kind: "noop"}}, OnTenantLocked: plan.LockFail,
+		TotalTasks: n, CreatedAt: now, UpdatedAt: now,
+	}
+	if err := p.Start(now, instance); err != nil {
+		return planRun{}, err
+	}
+	tasks := make([]*task.Task, n)
+	for i := range tasks {
+		tasks[i] = task.New(task.NewID(now), p.ID, tenantID(i), nil, []string{"s00"}, now)
+	}
+	if err := store.CreatePlan(ctx, p, tasks); err != nil {
+		return planRun{}, fmt.Errorf("create plan: %w", err)
+	}
+	created := time.Now()
+
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range e.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for failed.Load() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := runStoredTask(ctx, store, locks, tasks[i], instance); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				tasks[i] = nil
+			}
+		}()
+	}
+	wg.Wait()
+	done := time.Now()
+	cpu := e.cpuNow(ctx).sub(cpu0)
+	if p := failed.Load(); p != nil {
+		return planRun{}, *p
+	}
+	got, counts, err := store.Plan(ctx, p.ID)
+	if err != nil {
+		return planRun{}, err
+	}
+	if got.Status != plan.StatusCompleted || counts[task.StatusCompleted] != n {
+		return planRun{}, fmt.Errorf("store-only plan %s: %s with counts %v, want COMPLETED ×%d", p.ID, got.Status, counts, n)
+	}
+	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: cpu}, nil
+}
+
+// runStoredTask makes the storage calls of one task run as the runner makes
+// them for a single noop stage.
+func runStoredTask(ctx context.Context, store *repository.Redis, locks *tenantlock.Locker, t *task.Task, instance string) error {
+	lease, err := locks.Acquire(ctx, t.TenantID, tenantlock.Holder{PlanID: t.PlanID, TaskID: t.ID, Instance: instance})
+	if err != nil {
+		return fmt.Errorf("acquire %s: %w", t.TenantID, err)
+	}
+	g := task.Guard{LockValue: lease.Value(), Fence: lease.Fence()}
+	now := time.Now()
+	if err := t.Start(now, instance, g.Fence); err != nil {
+		return err
+	}
+	res, err := store.WriteTask(ctx, task.Write{
+		Task: t, PrevStatus: task.StatusPending, ExpectSeq: t.Seq, Guard: g,
+		Events: []task.Event{{At: now, Type: task.EventStarted, Attempt: 1, Instance: instance, Fence: g.Fence}},
+	})
+	if err != nil {
+		return fmt.Errorf("start %s: %w", t.ID, err)
+	}
+	t.Seq = res.Seq
+	t.EnterStage(0, "s00", now)
+	ck, err := checkpoint.Empty().Complete(0, "s00", nil)
+	if err != nil {
+		return err
+	}
+	now = time.Now()
+	ck = ck.Stamp(now, t.Attempt, g.Fence)
+	if err := t.Complete(now); err != nil {
+		return err
+	}
+	_, err = store.WriteTask(ctx, task.Write{
+		Task: t, PrevStatus: task.StatusRunning, ExpectSeq: t.Seq, Guard: g, Checkpoint: &ck, ReleaseLock: true,
+		Events: []task.Event{
+			task.Event{At: now, Type: task.EventStageStarted, Attempt: 1}.AtStage(0, "s00"),
+			task.Event{At: now, Type: task.EventStageSucceeded, Attempt: 1}.AtStage(0, "s00"),
+			{At: now, Type: task.EventCompleted, Attempt: 1, Instance: instance},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("finish %s: %w", t.ID, err)
+	}
+	lease.Forget()
+	return nil
+}
