@@ -299,7 +299,7 @@ func (c *Coordinator) idle() bool {
 	}
 	for _, pr := range c.plans {
 		pr.mu.Lock()
-		waiting := pr.waiting && len(pr.running) == 0
+		waiting := pr.waiters > 0 && len(pr.running) == 0
 		pr.mu.Unlock()
 		if !waiting {
 			return false

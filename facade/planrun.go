@@ -46,10 +46,11 @@ type planRun struct {
 	queue   []planItem
 	next    int
 	running map[string]*taskRun
-	// waiting is true while the run waits for its plan to be resumed.
-	waiting bool
+	// waiters counts the workers waiting for the plan to be resumed; cond
+	// (on mu) wakes them.
+	waiters int
+	cond    *sync.Cond
 
-	wake chan struct{}
 	done chan struct{}
 }
 
@@ -64,9 +65,10 @@ func (c *Coordinator) startPlanRun(p *plan.Plan, stages []stage.Runnable, items 
 	}
 	pr := &planRun{
 		c: c, p: p, stages: stages, status: plan.StatusRunning, queue: items,
-		running: map[string]*taskRun{}, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		running: map[string]*taskRun{}, done: make(chan struct{}),
 		log: c.log.With().Str("component", "plan_runner").Str("plan_id", p.ID).Logger(),
 	}
+	pr.cond = sync.NewCond(&pr.mu)
 	c.plans[p.ID] = pr
 	go pr.loop()
 	return pr
@@ -83,15 +85,15 @@ func (pr *planRun) enqueue(items []planItem) {
 			pr.queue = append(pr.queue, it)
 		}
 	}
+	pr.cond.Broadcast()
 	pr.mu.Unlock()
-	pr.signal()
 }
 
+// signal wakes the workers waiting for the plan to be resumed.
 func (pr *planRun) signal() {
-	select {
-	case pr.wake <- struct{}{}:
-	default:
-	}
+	pr.mu.Lock()
+	pr.cond.Broadcast()
+	pr.mu.Unlock()
 }
 
 func (pr *planRun) loop() {
@@ -106,20 +108,20 @@ func (pr *planRun) loop() {
 	go pr.poll()
 	pr.log.Info().Int("tasks", len(pr.queue)).Int("max_concurrency", pr.p.MaxConcurrency).Msg("plan run started")
 
-	slots := make(chan struct{}, max(pr.p.MaxConcurrency, 1))
+	// A fixed pool of MaxConcurrency workers, each taking the next item
+	// when it is done with one: no goroutine per task.
 	var wg sync.WaitGroup
-	for {
-		slots <- struct{}{}
-		item, ok := pr.take()
-		if !ok {
-			<-slots
-			break
-		}
+	for range max(pr.p.MaxConcurrency, 1) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-slots }()
-			pr.runItem(item)
+			for {
+				item, ok := pr.take()
+				if !ok {
+					return
+				}
+				pr.runItem(item)
+			}
 		}()
 	}
 	wg.Wait()
@@ -135,38 +137,29 @@ func (pr *planRun) loop() {
 // take returns the next item to run, waiting while the plan is paused; ok is
 // false when the run must stop feeding.
 func (pr *planRun) take() (planItem, bool) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
 	for {
-		pr.mu.Lock()
 		switch {
 		case pr.stopped || pr.status == plan.StatusCancelled || pr.c.closing.Load():
-			pr.mu.Unlock()
 			return planItem{}, false
 		case pr.status.Finished():
 			// No task is active (the store derived it): nothing left to run.
 			pr.queue, pr.next = nil, 0
-			pr.mu.Unlock()
 			return planItem{}, false
 		case pr.status == plan.StatusRunning:
 			if pr.next >= len(pr.queue) {
 				pr.queue, pr.next = nil, 0
-				pr.mu.Unlock()
 				return planItem{}, false
 			}
 			it := pr.queue[pr.next]
 			pr.queue[pr.next] = planItem{} // let finished tasks leave memory
 			pr.next++
-			pr.mu.Unlock()
 			return it, true
 		}
-		pr.waiting = true
-		pr.mu.Unlock()
-		select {
-		case <-pr.wake:
-		case <-pr.c.hardStop.Done():
-		}
-		pr.mu.Lock()
-		pr.waiting = false
-		pr.mu.Unlock()
+		pr.waiters++
+		pr.cond.Wait()
+		pr.waiters--
 	}
 }
 
