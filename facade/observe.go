@@ -37,4 +37,3 @@ func (nopObserver) StageRetry(string)                                {}
 func (nopObserver) LockConflict()                                    {}
 func (nopObserver) LeaseLost()                                       {}
 func (nopObserver) WriteRefused(task.RefuseReason)                   {}
-func (nopObserver) Orphaned(int)                                     {}

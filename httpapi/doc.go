@@ -74,6 +74,47 @@
 // SHA-256 of the body sent); If-None-Match with it answers 304 without a
 // body while nothing changed.
 //
+// # Event feed, instances, health
+//
+// GET /v1/events reads the feed (Service.Events): a page after a cursor,
+// or with wait a long poll, served as blocking reads of at most
+// LongPollChunk (a read blocked in Redis does not see its client leave, so
+// a gone client holds a Redis connection for one chunk at most). At most
+// Config.MaxLongPolls long polls wait at once — each holds a Redis
+// connection — beyond which a long poll is answered 503 with Retry-After.
+// The long poll moves its write deadline past the server's WriteTimeout
+// (http.ResponseController).
+//
+// With Accept: text/event-stream the same route streams Server-Sent Events:
+//
+//	first read (no wait) ──error──► problem answer (400, 503)
+//	   │ ok: 200 text/event-stream, "retry: 2000", the events
+//	   ▼
+//	loop: long poll of at most Config.StreamKeepAlive (a slot, or a read
+//	      without wait and a 1s pause when none is free)
+//	      ├─ events ─► "id: <cursor>\nevent: <type>\ndata: <json>\n\n", flush
+//	      ├─ nothing for StreamKeepAlive ─► ": ping\n\n", flush
+//	      └─ client gone or read failed ─► end (the client resumes with
+//	         Last-Event-ID, which wins over ?after=)
+//
+// Each write extends the write deadline, so the server's WriteTimeout does
+// not end a stream. A stream holds one of Config.MaxInFlight slots for its
+// life.
+//
+// GET /v1/instances lists the instance registry. GET /readyz is 200 only
+// when Config.Ready (Redis PING) succeeds; both answers carry "checks":
+// redis, and Config.ReadyDetail's degraded, pendingWrites and selfCheck
+// (the Redis settings report: warnings never make it 503).
+//
+// POST /v1/tenants:status reads all its tenants with one Service call (two
+// Redis round trips). When the answer came from memory (degraded) and
+// memory lacks one of the tenants, it is 503: memory holds only this
+// instance's unfinished tasks, so "no task" could be false.
+//
+// Metrics are package httpapi/metrics (a Recorder is the coordinator's
+// Observer, Config.Observe, the Redis command hook's callback and the
+// lease renewal hook); this package only serves Config.Metrics.
+//
 // # Errors
 //
 // Errors are application/problem+json (RFC 9457) with a stable code. One

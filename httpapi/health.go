@@ -3,7 +3,10 @@ package httpapi
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"net/http"
+	"strings"
+	"unicode/utf8"
 )
 
 // openAPI is a copy of docs/openapi.yaml, the canonical file: go:embed cannot
@@ -28,17 +31,46 @@ func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
 	a.writeJSON(w, r, http.StatusOK, Health{Status: "ok", Version: a.cfg.Version}, false)
 }
 
-// GET /readyz: the instance can serve (Config.Ready).
+// GET /readyz: the instance can serve (Config.Ready: Redis answers), with
+// the checks of Config.ReadyDetail; 503 UNAVAILABLE, with the checks too,
+// when not.
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
-	if a.cfg.Ready != nil {
-		ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-		defer cancel()
-		if err := a.cfg.Ready(ctx); err != nil {
-			WriteProblem(w, r, http.StatusServiceUnavailable, CodeUnavailable, "not ready: "+err.Error())
-			return
-		}
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	var checks ReadyChecks
+	if a.cfg.ReadyDetail != nil {
+		checks = a.cfg.ReadyDetail(ctx)
 	}
-	a.writeJSON(w, r, http.StatusOK, Health{Status: "ready", Version: a.cfg.Version}, false)
+	checks.Redis = "ok"
+	var err error
+	if a.cfg.Ready != nil {
+		err = a.cfg.Ready(ctx)
+	}
+	if err == nil {
+		a.writeJSON(w, r, http.StatusOK, Readiness{Status: "ready", Version: a.cfg.Version, Checks: checks}, false)
+		return
+	}
+	checks.Redis = err.Error()
+	detail := "not ready: " + err.Error()
+	if len(detail) > maxDetailLen {
+		detail = detail[:maxDetailLen] + "…"
+	}
+	p := readyProblem{
+		Problem: Problem{Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable),
+			Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Detail: strings.ToValidUTF8(detail, string(utf8.RuneError)), RequestID: RequestID(r.Context())},
+		Checks: checks,
+	}
+	b, _ := json.Marshal(p) // strings, ints and bools
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// readyProblem is the 503 answer of GET /readyz: a problem with the checks.
+type readyProblem struct {
+	Problem
+	Checks ReadyChecks `json:"checks"`
 }
 
 // GET /openapi.yaml

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,13 @@ var (
 func openAPISpec(t *testing.T) (*openapi3.T, routers.Router) {
 	t.Helper()
 	specOnce.Do(func() {
+		// An event stream is checked as text (kin-openapi has no decoder
+		// for it): its media type must be documented.
+		openapi3filter.RegisterBodyDecoder(httpapi.MediaEventStream,
+			func(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+				b, err := io.ReadAll(body)
+				return string(b), err
+			})
 		loader := openapi3.NewLoader()
 		specDoc, specErr = loader.LoadFromFile(specPath)
 		if specErr != nil {
@@ -190,16 +198,22 @@ func serve(t *testing.T, h http.Handler, rq request) answer {
 type fakeService struct {
 	Err error
 
-	PlanV    facade.PlanView
-	PlansV   []facade.PlanView
-	TaskV    facade.TaskView
-	TasksV   []facade.TaskView
-	Ckpt     *checkpoint.Checkpoint
-	Events   []task.Event
-	LockInfo tenantlock.Info
-	RetryRes facade.RetryResult
-	Next     string
-	// ByTenant, when set, answers TaskByTenant.
+	PlanV  facade.PlanView
+	PlansV []facade.PlanView
+	TaskV  facade.TaskView
+	TasksV []facade.TaskView
+	Ckpt   *checkpoint.Checkpoint
+	// TimelineEvs answers Timeline.
+	TimelineEvs []task.Event
+	LockInfo    tenantlock.Info
+	// Feed answers Events (nil: no events, cursor "0-0").
+	Feed func(ctx context.Context, f task.FeedFilter, wait time.Duration) ([]task.FeedEvent, string, error)
+	// InstancesV answers Instances.
+	InstancesV []facade.InstanceView
+	RetryRes   facade.RetryResult
+	Next       string
+	// ByTenant, when set, answers TaskByTenant and TasksByTenant (a tenant
+	// whose lookup is not found is absent).
 	ByTenant func(ctx context.Context, tenantID string) (facade.TaskView, error)
 	// Hook, when set, runs at every call, after it is recorded.
 	Hook func(method string)
@@ -207,6 +221,8 @@ type fakeService struct {
 	calls atomic.Int64
 	mu    sync.Mutex
 	last  call
+	// feedCalls holds every Events call, in order.
+	feedCalls []call
 }
 
 // call holds the arguments of the last call.
@@ -222,12 +238,18 @@ type call struct {
 	Retry      facade.RetryRequest
 	Fence      int64
 	Limit      int
+	IDs        []string
+	Feed       task.FeedFilter
+	Wait       time.Duration
 }
 
 func (f *fakeService) record(c call) {
 	f.calls.Add(1)
 	f.mu.Lock()
 	f.last = c
+	if c.Method == "Events" {
+		f.feedCalls = append(f.feedCalls, c)
+	}
 	hook := f.Hook
 	f.mu.Unlock()
 	if hook != nil {
@@ -242,6 +264,13 @@ func (f *fakeService) Last() call {
 }
 
 func (f *fakeService) Calls() int64 { return f.calls.Load() }
+
+// FeedCalls returns the Events calls made so far.
+func (f *fakeService) FeedCalls() []call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.feedCalls)
+}
 
 func (f *fakeService) CreatePlan(_ context.Context, spec plan.Spec, a facade.Actor) (facade.PlanView, error) {
 	f.record(call{Method: "CreatePlan", Spec: spec, Actor: a})
@@ -291,6 +320,45 @@ func (f *fakeService) TaskByTenant(ctx context.Context, id string) (facade.TaskV
 	return f.TaskV, f.Err
 }
 
+func (f *fakeService) TasksByTenant(ctx context.Context, ids []string) (map[string]facade.TaskView, error) {
+	f.record(call{Method: "TasksByTenant", IDs: ids})
+	if f.Err != nil {
+		return nil, f.Err
+	}
+	out := map[string]facade.TaskView{}
+	for _, id := range ids {
+		v := f.TaskV
+		if f.ByTenant != nil {
+			var err error
+			v, err = f.ByTenant(ctx, id)
+			if errors.Is(err, facade.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		out[id] = v
+	}
+	return out, nil
+}
+
+func (f *fakeService) Events(ctx context.Context, ff task.FeedFilter, wait time.Duration) ([]task.FeedEvent, string, error) {
+	f.record(call{Method: "Events", Feed: ff, Wait: wait})
+	if f.Err != nil {
+		return nil, "", f.Err
+	}
+	if f.Feed != nil {
+		return f.Feed(ctx, ff, wait)
+	}
+	return []task.FeedEvent{}, "0-0", nil
+}
+
+func (f *fakeService) Instances(context.Context) ([]facade.InstanceView, error) {
+	f.record(call{Method: "Instances"})
+	return f.InstancesV, f.Err
+}
+
 func (f *fakeService) Task(_ context.Context, id string) (facade.TaskView, error) {
 	f.record(call{Method: "Task", ID: id})
 	return f.TaskV, f.Err
@@ -323,7 +391,7 @@ func (f *fakeService) Timeline(_ context.Context, id string, limit int) (facade.
 	if f.TaskV.Task != nil {
 		taskID = f.TaskV.ID
 	}
-	return facade.TimelineView{TenantID: id, TaskID: taskID, Events: f.Events, Degraded: f.TaskV.Degraded}, f.Err
+	return facade.TimelineView{TenantID: id, TaskID: taskID, Events: f.TimelineEvs, Degraded: f.TaskV.Degraded}, f.Err
 }
 
 func (f *fakeService) Lock(_ context.Context, id string) (tenantlock.Info, error) {
@@ -398,7 +466,7 @@ func newFake() *fakeService {
 		PlanV: samplePlan(), PlansV: []facade.PlanView{{Plan: samplePlan().Plan}},
 		TaskV: tv, TasksV: []facade.TaskView{listed}, Ckpt: tv.Checkpoint,
 		RetryRes: facade.RetryResult{Task: &tv, WouldRun: []string{"settle"}},
-		Events: []task.Event{
+		TimelineEvs: []task.Event{
 			{At: t0.Add(time.Second), Type: task.EventStarted, Attempt: 1, Instance: "coord-a", Fence: 7},
 			task.Event{At: t0.Add(2 * time.Second), Type: task.EventStageSucceeded, Attempt: 1, StageAttempt: 1,
 				Duration: task.Duration(time.Second)}.AtStage(0, "push-config"),

@@ -88,6 +88,11 @@ func TestOpenAPIRejectsWrongAnswers(t *testing.T) {
 		{"StatusTaskIncomplete", "POST", "/v1/tenants:status", 200, "application/json", `{"tasks": {"t-1": null, "t-2": {"taskId": "x"}}}`},
 		{"DetailWithoutCheckpoint", "GET", "/v1/tenants/t-001/task", 200, "application/json", listedTaskBody(t)},
 		{"UndocumentedStatus", "GET", "/v1/tenants/t-001/lock", 418, "application/json", `{}`},
+		{"FeedWithoutCursor", "GET", "/v1/events", 200, "application/json", `{"events": []}`},
+		{"FeedEventWithoutData", "GET", "/v1/events", 200, "application/json",
+			`{"events": [{"id": "1-0", "type": "task.failed", "at": "2026-11-21T09:30:00Z", "planId": "", "taskId": "", "tenantId": ""}], "nextCursor": "1-0"}`},
+		{"StreamOnOtherRoute", "GET", "/v1/instances", 200, "text/event-stream", ": ping\n\n"},
+		{"ReadyWithoutChecks", "GET", "/readyz", 200, "application/json", `{"status": "ready", "version": "1"}`},
 		{"UnknownCode", "GET", "/v1/tenants/t-001/task", 404, "application/problem+json",
 			`{"type": "about:blank", "title": "Not Found", "status": 404, "code": "GONE", "detail": "x"}`},
 	}

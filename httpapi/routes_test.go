@@ -311,8 +311,12 @@ func TestTenantsStatus(t *testing.T) {
 			t.Fatalf("answer = %d %s", a.Status, a.Body)
 		}
 		tasks := a.JSON(t)["tasks"].(map[string]any)
-		if len(tasks) != 3 || tasks["t-002"] != nil || svc.Calls() != 3 {
-			t.Fatalf("tasks = %v after %d calls", tasks, svc.Calls())
+		if len(tasks) != 3 || tasks["t-002"] != nil {
+			t.Fatalf("tasks = %v", tasks)
+		}
+		// One call for all the (distinct) ids, not one per id.
+		if c := svc.Last(); svc.Calls() != 1 || c.Method != "TasksByTenant" || fmt.Sprint(c.IDs) != "[t-001 t-002 t-003]" {
+			t.Fatalf("%d calls, last %s(%v)", svc.Calls(), c.Method, c.IDs)
 		}
 		for _, id := range []string{"t-001", "t-003"} {
 			m := tasks[id].(map[string]any)
@@ -327,8 +331,8 @@ func TestTenantsStatus(t *testing.T) {
 		svc := newFake()
 		h, _ := newAPI(t, svc, httpapi.Config{})
 		a := serve(t, h, request{method: "POST", path: "/v1/tenants:status", body: tenantIDs(httpapi.MaxStatusTenants, 128)})
-		if a.Status != 200 || svc.Calls() != httpapi.MaxStatusTenants {
-			t.Fatalf("answer = %d after %d calls: %.200s", a.Status, svc.Calls(), a.Body)
+		if a.Status != 200 || svc.Calls() != 1 || len(svc.Last().IDs) != httpapi.MaxStatusTenants {
+			t.Fatalf("answer = %d after %d calls with %d ids: %.200s", a.Status, svc.Calls(), len(svc.Last().IDs), a.Body)
 		}
 	})
 	t.Run("ErrUnavailable", func(t *testing.T) {
@@ -352,6 +356,23 @@ func TestTenantsStatus(t *testing.T) {
 		a := serve(t, h, request{method: "POST", path: "/v1/tenants:status", body: `{"tenantIds": ["t-001"]}`})
 		if a.Status != 200 || a.Header.Get(httpapi.HeaderDegraded) != "true" {
 			t.Fatalf("answer = %d, degraded header %q", a.Status, a.Header.Get(httpapi.HeaderDegraded))
+		}
+	})
+	t.Run("DegradedUnknownErrUnavailable", func(t *testing.T) {
+		t.Parallel()
+		svc := newFake()
+		svc.ByTenant = func(_ context.Context, id string) (facade.TaskView, error) {
+			if id == "t-002" {
+				return facade.TaskView{}, facade.ErrNotFound
+			}
+			v := sampleTask()
+			v.Degraded = true
+			return v, nil
+		}
+		h, _ := newAPI(t, svc, httpapi.Config{})
+		a := serve(t, h, request{method: "POST", path: "/v1/tenants:status", body: `{"tenantIds": ["t-001", "t-002"]}`})
+		if p := a.problem(t, 503, httpapi.CodeUnavailable); !strings.Contains(p.Detail, "t-002") {
+			t.Errorf("detail %q does not name the tenant memory lacks", p.Detail)
 		}
 	})
 }
@@ -492,16 +513,42 @@ func TestHealth(t *testing.T) {
 	t.Run("ReadyzOK", func(t *testing.T) {
 		t.Parallel()
 		h, _ := newAPI(t, newFake(), httpapi.Config{Ready: func(context.Context) error { return nil }})
-		if a := serve(t, h, request{method: "GET", path: "/readyz"}); a.Status != 200 {
+		a := serve(t, h, request{method: "GET", path: "/readyz"})
+		if m := a.JSON(t); a.Status != 200 || m["status"] != "ready" || fmt.Sprint(m["checks"]) != "map[degraded:false pendingWrites:0 redis:ok selfCheck:<nil>]" {
 			t.Fatalf("answer = %d %s", a.Status, a.Body)
+		}
+	})
+	detail := func(context.Context) httpapi.ReadyChecks {
+		return httpapi.ReadyChecks{Degraded: true, PendingWrites: 3, SelfCheck: &httpapi.SelfCheck{
+			Warnings: []string{"maxmemory-policy is allkeys-lru"}, RedisVersion: "7.2.4", RunID: "abc", Restarted: true, CheckedAt: &t0}}
+	}
+	t.Run("ReadyzDetailOK", func(t *testing.T) {
+		t.Parallel()
+		h, _ := newAPI(t, newFake(), httpapi.Config{Ready: func(context.Context) error { return nil }, ReadyDetail: detail})
+		a := serve(t, h, request{method: "GET", path: "/readyz"})
+		var r httpapi.Readiness
+		if err := json.Unmarshal(a.Body, &r); err != nil || a.Status != 200 {
+			t.Fatalf("answer = %d %s", a.Status, a.Body)
+		}
+		c := r.Checks
+		if c.Redis != "ok" || !c.Degraded || c.PendingWrites != 3 || c.SelfCheck == nil || len(c.SelfCheck.Warnings) != 1 || !c.SelfCheck.Restarted {
+			t.Fatalf("checks = %+v", c)
 		}
 	})
 	t.Run("ReadyzUnavailable", func(t *testing.T) {
 		t.Parallel()
-		h, _ := newAPI(t, newFake(), httpapi.Config{Ready: func(context.Context) error { return errBoom }})
-		p := serve(t, h, request{method: "GET", path: "/readyz"}).problem(t, 503, httpapi.CodeUnavailable)
-		if !strings.Contains(p.Detail, "connection pool exhausted") {
-			t.Errorf("detail = %q", p.Detail)
+		h, _ := newAPI(t, newFake(), httpapi.Config{Ready: func(context.Context) error { return errBoom }, ReadyDetail: detail})
+		a := serve(t, h, request{method: "GET", path: "/readyz"})
+		var p struct {
+			httpapi.Problem
+			Checks httpapi.ReadyChecks `json:"checks"`
+		}
+		if err := json.Unmarshal(a.Body, &p); err != nil || a.Status != 503 || a.Header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("answer = %d %q %s", a.Status, a.Header.Get("Content-Type"), a.Body)
+		}
+		if p.Code != httpapi.CodeUnavailable || !strings.Contains(p.Detail, "connection pool exhausted") ||
+			!strings.Contains(p.Checks.Redis, "connection pool exhausted") || p.Checks.PendingWrites != 3 || p.Checks.SelfCheck == nil {
+			t.Errorf("problem = %+v", p)
 		}
 	})
 }

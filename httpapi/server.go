@@ -29,8 +29,6 @@ const (
 	// MaxStatusTenants is the most tenant ids one POST /v1/tenants:status
 	// accepts.
 	MaxStatusTenants = 1000
-	// statusConcurrency bounds the lookups of one POST /v1/tenants:status.
-	statusConcurrency = 16
 	// readyTimeout bounds one /readyz check.
 	readyTimeout = 5 * time.Second
 
@@ -38,8 +36,8 @@ const (
 	ReadHeaderTimeoutDefault = 10 * time.Second
 	// ReadTimeoutDefault bounds reading a whole request (a 16 MiB plan).
 	ReadTimeoutDefault = 60 * time.Second
-	// WriteTimeoutDefault bounds serving a request; it must exceed the
-	// longest long-poll wait of the event feed.
+	// WriteTimeoutDefault bounds serving a request. Long polls and event
+	// streams of the feed move their own write deadline past it.
 	WriteTimeoutDefault = 60 * time.Second
 	// IdleTimeoutDefault bounds an idle keep-alive connection.
 	IdleTimeoutDefault = 120 * time.Second
@@ -76,6 +74,11 @@ type Config struct {
 	// Ready reports whether the instance can serve (Redis reachable); nil
 	// means always ready. GET /readyz answers 503 when it returns an error.
 	Ready func(ctx context.Context) error
+	// ReadyDetail, when set, adds what the instance knows about its storage
+	// to the checks of GET /readyz, 200 and 503 alike: degraded, pending
+	// writes, the Redis self-check (its Redis field is set from Ready). It
+	// does not decide readiness.
+	ReadyDetail func(ctx context.Context) ReadyChecks
 	// Version is reported by GET /healthz.
 	Version string
 
@@ -114,6 +117,18 @@ type Config struct {
 	// status and the time taken: the hook of the HTTP metrics.
 	Observe func(route string, status int, d time.Duration)
 
+	// StreamKeepAlive is how often an idle event stream (GET /v1/events
+	// with Accept: text/event-stream) gets a keep-alive comment; each of
+	// its polls waits at most that long (StreamKeepAliveDefault).
+	StreamKeepAlive time.Duration
+	// MaxLongPolls bounds the long polls of the event feed waiting at once
+	// (MaxLongPollsDefault); negative means no bound. Each holds a Redis
+	// connection while it waits, so the Redis client's pool must be larger
+	// than this by what the task writes, lease renewals and queries need.
+	// A long poll beyond it is answered 503 UNAVAILABLE with Retry-After; a
+	// stream polls without waiting, once a second.
+	MaxLongPolls int
+
 	// Middlewares wrap every /v1 route, outermost first, after
 	// authentication, authorization and rate limiting and before path
 	// validation. They may answer with WriteProblem.
@@ -132,6 +147,8 @@ type api struct {
 	keys    keyring
 	limiter *httprate.RateLimiter
 	slots   chan struct{}
+	// polls holds a token per long poll waiting (nil: no bound).
+	polls chan struct{}
 }
 
 // New returns the HTTP API serving svc: every route of API.md under /v1,
@@ -156,6 +173,12 @@ func New(svc Service, cfg Config) http.Handler {
 	if cfg.IdempotencyTTL <= 0 {
 		cfg.IdempotencyTTL = IdempotencyTTLDefault
 	}
+	if cfg.StreamKeepAlive <= 0 {
+		cfg.StreamKeepAlive = StreamKeepAliveDefault
+	}
+	if cfg.MaxLongPolls == 0 {
+		cfg.MaxLongPolls = MaxLongPollsDefault
+	}
 	if cfg.ActorFunc == nil {
 		cfg.ActorFunc = defaultActor
 	}
@@ -178,6 +201,9 @@ func New(svc Service, cfg Config) http.Handler {
 	}
 	if cfg.MaxInFlight > 0 {
 		a.slots = make(chan struct{}, cfg.MaxInFlight)
+	}
+	if cfg.MaxLongPolls > 0 {
+		a.polls = make(chan struct{}, cfg.MaxLongPolls)
 	}
 	return a.routes()
 }
@@ -243,6 +269,9 @@ func (a *api) routes() *chi.Mux {
 		})
 
 		r.With(validTask).Get("/v1/tasks/{taskId}", a.getTask)
+
+		r.Get("/v1/events", a.events)
+		r.Get("/v1/instances", a.instances)
 	})
 	return r
 }

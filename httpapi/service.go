@@ -2,10 +2,12 @@ package httpapi
 
 import (
 	"context"
+	"time"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
 	"github.com/deploycoord/deploycoord/facade"
 	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/tenantlock"
 )
 
@@ -43,6 +45,10 @@ type Service interface {
 	// TaskByTenant returns the tenant's current task. Returns ErrInvalid,
 	// ErrNotFound, ErrUnavailable.
 	TaskByTenant(ctx context.Context, tenantID string) (facade.TaskView, error)
+	// TasksByTenant returns the current tasks of up to 1000 tenants in a
+	// bounded number of round trips; tenants without a task are absent.
+	// Returns ErrInvalid, ErrUnavailable.
+	TasksByTenant(ctx context.Context, tenantIDs []string) (map[string]facade.TaskView, error)
 	// Task returns a task by id. Returns ErrInvalid, ErrNotFound, ErrUnavailable.
 	Task(ctx context.Context, taskID string) (facade.TaskView, error)
 	// Checkpoint returns the checkpoint of the tenant's current task.
@@ -78,4 +84,13 @@ type Service interface {
 	// CancelTask cancels the tenant's task. Returns ErrInvalid, ErrNotFound,
 	// ErrTaskCompleted, ErrInvalidState, ErrUnavailable.
 	CancelTask(ctx context.Context, tenantID, reason string, a facade.Actor) (facade.TaskView, error)
+
+	// Events returns up to f.Limit feed events after the cursor f.After,
+	// oldest first, waiting up to wait for one when there is none, and the
+	// cursor to continue from. Returns ErrInvalid, ErrUnavailable (the feed
+	// lives in Redis only).
+	Events(ctx context.Context, f task.FeedFilter, wait time.Duration) ([]task.FeedEvent, string, error)
+	// Instances lists the coordinator instances seen recently, newest
+	// first. Returns ErrUnavailable.
+	Instances(ctx context.Context) ([]facade.InstanceView, error)
 }

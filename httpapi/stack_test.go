@@ -28,6 +28,10 @@ import (
 // calling a real target server.
 type stack struct {
 	h      http.Handler
+	coord  *facade.Coordinator
+	client redis.UniversalClient
+	store  *repository.Dual
+	keys   repository.Keys
 	locks  *tenantlock.Locker
 	target *httptest.Server
 	// failing makes the target answer 500 to pushes for this tenant.
@@ -47,10 +51,13 @@ func newStack(t *testing.T, b redistest.Backend) *stack {
 }
 
 // newStackOn builds a stack on client and prefix: stacks built on the same
-// ones are instances sharing one Redis. cfg's Ready and Idempotency are set.
-func newStackOn(t *testing.T, client redis.UniversalClient, prefix, instance string, cfg httpapi.Config) *stack {
+// ones are instances sharing one Redis. cfg's Ready and Idempotency are set;
+// opts change the coordinator's and the locks' configs (the locks' lease is
+// the coordinator's).
+func newStackOn(t *testing.T, client redis.UniversalClient, prefix, instance string, cfg httpapi.Config,
+	opts ...func(*facade.Config, *tenantlock.Config)) *stack {
 	t.Helper()
-	s := &stack{}
+	s := &stack{client: client}
 	s.failing.Store("")
 	s.target = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if bad := s.failing.Load().(string); bad != "" && strings.Contains(r.URL.Path, "/"+bad+"/") {
@@ -67,25 +74,32 @@ func newStackOn(t *testing.T, client redis.UniversalClient, prefix, instance str
 		t.Fatal(err)
 	}
 	keys := rs.Keys()
-	const lease = 5 * time.Second
-	locks, err := tenantlock.New(client, tenantlock.Config{
-		Lease:    lease,
+	s.keys = keys
+	fc := facade.Config{
+		Instance: instance, Lease: 5 * time.Second,
+		Pipelines: map[string][]task.StageSpec{"standard-deploy": {{Name: "noop", Kind: "noop"}}},
+	}
+	lc := tenantlock.Config{
 		LockKey:  func(id string) string { k, _ := keys.Lock(id); return k },
 		FenceKey: func(id string) string { k, _ := keys.Fence(id); return k },
-	})
+	}
+	for _, o := range opts {
+		o(&fc, &lc)
+	}
+	lc.Lease = fc.Lease
+	locks, err := tenantlock.New(client, lc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.locks = locks
 	store := repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), rs)
-	reg := stage.NewRegistry(stage.Options{InlineHTTPHosts: []string{"127.0.0.1"}})
-	c, err := facade.New(store, locks, facade.Config{
-		Instance: instance, Lease: lease, Stages: reg,
-		Pipelines: map[string][]task.StageSpec{"standard-deploy": {{Name: "noop", Kind: "noop"}}},
-	})
+	s.store = store
+	fc.Stages = stage.NewRegistry(stage.Options{InlineHTTPHosts: []string{"127.0.0.1"}})
+	c, err := facade.New(store, locks, fc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.coord = c
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

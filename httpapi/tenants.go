@@ -2,10 +2,8 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 
 	"github.com/go-chi/chi/v5"
 
@@ -141,61 +139,35 @@ func (a *api) tenantsStatus(w http.ResponseWriter, r *http.Request) {
 			ids = append(ids, id)
 		}
 	}
-	views, err := a.lookupTenants(r.Context(), ids)
+	// One call for all ids: the store reads them in two round trips
+	// whatever their number (pipelined), not one lookup per id.
+	views, err := a.svc.TasksByTenant(r.Context(), ids)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
 	out := TenantsStatus{Tasks: make(map[string]*TaskDetail, len(ids))}
 	degraded := false
-	for i, id := range ids {
-		if views[i] == nil {
+	var unknown []string
+	for _, id := range ids {
+		v, ok := views[id]
+		if !ok || v.Task == nil {
 			out.Tasks[id] = nil
+			unknown = append(unknown, id)
 			continue
 		}
-		out.Tasks[id] = taskDetailJSON(*views[i])
-		degraded = degraded || views[i].Degraded
+		out.Tasks[id] = taskDetailJSON(v)
+		degraded = degraded || v.Degraded
+	}
+	if degraded && len(unknown) > 0 {
+		// The answer came from memory, which holds only this instance's
+		// unfinished work: a tenant it lacks may well have a task in Redis,
+		// so null would be a lie.
+		a.writeError(w, r, fmt.Errorf("%w: redis is unreachable and memory does not hold the task of %d of the tenants (first: %s)",
+			facade.ErrUnavailable, len(unknown), unknown[0]))
+		return
 	}
 	a.writeJSON(w, r, http.StatusOK, out, degraded)
-}
-
-// lookupTenants returns the current task of each tenant (nil for a tenant
-// without one), statusConcurrency lookups at a time. The first error other
-// than not-found stops the lookups and is returned.
-func (a *api) lookupTenants(ctx context.Context, ids []string) ([]*facade.TaskView, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	views := make([]*facade.TaskView, len(ids))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(statusConcurrency, len(ids)) {
-		wg.Go(func() {
-			for i := range next {
-				v, err := a.svc.TaskByTenant(ctx, ids[i])
-				switch {
-				case errors.Is(err, facade.ErrNotFound):
-				case err != nil:
-					cancel(err)
-				default:
-					views[i] = &v
-				}
-			}
-		})
-	}
-feed:
-	for i := range ids {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return nil, err
-	}
-	return views, nil
 }
 
 // POST /v1/tenants/{tenantId}/retry: 202 with the task, or 200 with the

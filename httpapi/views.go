@@ -285,3 +285,103 @@ func eventsJSON(evs []task.Event) []task.Event {
 	}
 	return out
 }
+
+// Instance is a coordinator instance as listed by GET /v1/instances. An
+// instance that stopped heartbeating longer ago than its registration lives
+// is listed with its id and last heartbeat only.
+type Instance struct {
+	ID      string `json:"id"`
+	Addr    string `json:"addr"`
+	Version string `json:"version"`
+	// StartedAt is when the instance started; LastSeen its last heartbeat.
+	StartedAt *time.Time `json:"startedAt"`
+	LastSeen  *time.Time `json:"lastSeen"`
+	// TasksRunning is how many task runs it had at its last heartbeat.
+	TasksRunning int `json:"tasksRunning"`
+	// SingleInstance is true when it runs in single-instance mode.
+	SingleInstance bool `json:"singleInstance"`
+	// Alive is true when it heartbeated within one lock lease.
+	Alive bool `json:"alive"`
+}
+
+// InstanceList answers GET /v1/instances, newest heartbeat first.
+type InstanceList struct {
+	Instances []Instance `json:"instances"`
+}
+
+// FeedEvent is one event of the feed (GET /v1/events): a plan or task
+// transition or an operator action. Ids it is not about are "".
+type FeedEvent struct {
+	// ID is the event's cursor: read after it to get the events that follow.
+	ID       string         `json:"id"`
+	Type     string         `json:"type"`
+	At       time.Time      `json:"at"`
+	PlanID   string         `json:"planId"`
+	TaskID   string         `json:"taskId"`
+	TenantID string         `json:"tenantId"`
+	Data     map[string]any `json:"data"`
+}
+
+// Feed is a page of the event feed, oldest first.
+type Feed struct {
+	Events []FeedEvent `json:"events"`
+	// NextCursor is the "after" of the next read: the last entry examined
+	// (with a filter, entries skipped count), or the cursor read from when
+	// there was none.
+	NextCursor string `json:"nextCursor"`
+}
+
+// Readiness answers GET /readyz when the instance is ready.
+type Readiness struct {
+	Status  string      `json:"status"`
+	Version string      `json:"version"`
+	Checks  ReadyChecks `json:"checks"`
+}
+
+// ReadyChecks is the "checks" object of GET /readyz (in the 503 problem
+// too). Redis decides readiness; the rest informs.
+type ReadyChecks struct {
+	// Redis is "ok" or why Redis did not answer.
+	Redis string `json:"redis"`
+	// Degraded is true while answers may come from memory.
+	Degraded bool `json:"degraded"`
+	// PendingWrites is how many writes wait in memory to be written back
+	// to Redis (single-instance mode).
+	PendingWrites int `json:"pendingWrites"`
+	// SelfCheck is the Redis self-check (nil when the server has none).
+	SelfCheck *SelfCheck `json:"selfCheck"`
+}
+
+// SelfCheck reports the Redis settings that decide whether deploycoord's
+// data survives (maxmemory-policy, persistence) and whether Redis restarted
+// since this instance started. Its warnings do not make the instance
+// unready.
+type SelfCheck struct {
+	Warnings []string `json:"warnings"`
+	// RedisVersion and RunID identify the server ("" when unknown).
+	RedisVersion string `json:"redisVersion"`
+	RunID        string `json:"runId"`
+	// Restarted is true when the server's run id changed since this
+	// instance started: Redis restarted or failed over, and writes
+	// acknowledged before may be lost.
+	Restarted bool `json:"restarted"`
+	// CheckedAt is when the settings were last read (null: never).
+	CheckedAt *time.Time `json:"checkedAt"`
+	// Error says why the last check failed ("" when it did not).
+	Error string `json:"error"`
+}
+
+func instanceJSON(v facade.InstanceView) Instance {
+	return Instance{
+		ID: v.ID, Addr: v.Addr, Version: v.Version, StartedAt: timeOrNull(v.StartedAt), LastSeen: timeOrNull(v.LastSeen),
+		TasksRunning: v.TasksRunning, SingleInstance: v.SingleInstance, Alive: v.Alive,
+	}
+}
+
+func feedEventJSON(ev task.FeedEvent) FeedEvent {
+	data := ev.Data
+	if data == nil {
+		data = map[string]any{}
+	}
+	return FeedEvent{ID: ev.ID, Type: ev.Type, At: ev.At.UTC(), PlanID: ev.PlanID, TaskID: ev.TaskID, TenantID: ev.TenantID, Data: data}
+}

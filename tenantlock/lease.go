@@ -50,6 +50,8 @@ type Lease struct {
 	fence      int64
 	renewEvery time.Duration
 	backend    backend
+	// onRenew is told the outcome of every extension attempt (may be nil).
+	onRenew func(ok bool)
 
 	deadline  atomic.Pointer[time.Time]
 	confirmed atomic.Pointer[time.Time]
@@ -69,7 +71,7 @@ type Lease struct {
 	replaced atomic.Bool
 }
 
-func newLease(tenantID string, h Holder, value string, fence int64, until time.Time, renewEvery time.Duration, b backend) *Lease {
+func newLease(tenantID string, h Holder, value string, fence int64, until time.Time, renewEvery time.Duration, b backend, onRenew func(bool)) *Lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lease{
 		tenantID:   tenantID,
@@ -78,6 +80,7 @@ func newLease(tenantID string, h Holder, value string, fence int64, until time.T
 		fence:      fence,
 		renewEvery: renewEvery,
 		backend:    b,
+		onRenew:    onRenew,
 		lost:       make(chan struct{}),
 		stop:       cancel,
 		done:       make(chan struct{}),
@@ -251,6 +254,9 @@ func (l *Lease) renew(ctx context.Context) {
 		cancel()
 		if ctx.Err() != nil {
 			return
+		}
+		if l.onRenew != nil {
+			l.onRenew(err == nil)
 		}
 		wait := l.renewEvery
 		switch {

@@ -18,6 +18,8 @@ type LocalConfig struct {
 	// never below Clock().UnixMilli(), so it is above every token a
 	// Redis-backed Locker handed out before. Expiry uses the monotonic clock.
 	Clock func() time.Time
+	// OnRenew is called after each extension attempt, as Config.OnRenew.
+	OnRenew func(ok bool)
 }
 
 // NewLocal returns a Locker whose locks live in process memory, for the
@@ -52,6 +54,7 @@ func NewLocal(cfg LocalConfig) (*Locker, error) {
 		lease:      lease,
 		renewEvery: renewEvery,
 		clock:      clock,
+		onRenew:    cfg.OnRenew,
 		locks:      map[string]*localLock{},
 	}}, nil
 }
@@ -61,6 +64,7 @@ type localTable struct {
 	lease      time.Duration
 	renewEvery time.Duration
 	clock      func() time.Time
+	onRenew    func(bool)
 
 	mu sync.Mutex
 	// locks keeps an entry per tenant ever locked, for its last fence.
@@ -123,7 +127,7 @@ func (t *localTable) acquire(tenantID string, h Holder) (*Lease, error) {
 	e.value, e.expires, e.gen = value, now.Add(t.lease), t.gen
 	e.fence = max(e.fence+1, t.clock().UnixMilli())
 	b := &localBackend{t: t, tenantID: tenantID, value: value, gen: e.gen}
-	return newLease(tenantID, h, value, e.fence, t.until(now), t.renewEvery, b), nil
+	return newLease(tenantID, h, value, e.fence, t.until(now), t.renewEvery, b, t.onRenew), nil
 }
 
 func (t *localTable) view(tenantID string) Info {
@@ -168,7 +172,7 @@ func (t *localTable) reacquire(old *Lease) (*Lease, error) {
 	t.gen++
 	e.value, e.expires, e.gen = old.value, now.Add(t.lease), t.gen
 	b := &localBackend{t: t, tenantID: old.tenantID, value: old.value, gen: e.gen}
-	return newLease(old.tenantID, old.holder, old.value, old.fence, t.until(now), t.renewEvery, b), nil
+	return newLease(old.tenantID, old.holder, old.value, old.fence, t.until(now), t.renewEvery, b, t.onRenew), nil
 }
 
 // localBackend is a Lease's backend in a localTable.

@@ -46,6 +46,11 @@ type Config struct {
 	// never below Clock().UnixMilli(). Lease deadlines use the monotonic
 	// clock (time.Now), as redsync does.
 	Clock func() time.Time
+	// OnRenew, when set, is called by a lease's renewer after each
+	// extension attempt with whether it was confirmed (for the lease
+	// renewal metrics). It must be cheap and safe for concurrent use. An
+	// attempt cut short by Release or Forget is not reported.
+	OnRenew func(ok bool)
 }
 
 // Locker takes, inspects, force-releases and re-acquires tenant locks: in
@@ -63,6 +68,7 @@ type Locker struct {
 	fenceKey      func(string) string
 	clock         func() time.Time
 	timeoutFactor float64
+	onRenew       func(bool)
 }
 
 // New returns a Locker on client. The client must be made with
@@ -102,6 +108,7 @@ func New(client redis.UniversalClient, cfg Config) (*Locker, error) {
 		fenceKey:      cfg.FenceKey,
 		clock:         clock,
 		timeoutFactor: min(tf, 1.0/3),
+		onRenew:       cfg.OnRenew,
 	}, nil
 }
 
@@ -142,7 +149,7 @@ func (l *Locker) Acquire(ctx context.Context, tenantID string, h Holder) (*Lease
 		err := m.TryLockContext(ctx)
 		if err == nil {
 			b := &redsyncBackend{m: m, tenantID: tenantID}
-			return newLease(tenantID, h, m.Value(), p.fence.Load(), m.Until(), l.renewEvery, b), nil
+			return newLease(tenantID, h, m.Value(), p.fence.Load(), m.Until(), l.renewEvery, b, l.onRenew), nil
 		}
 		if !isTaken(err) {
 			return nil, redisError(ctx, "acquire", tenantID, err)
@@ -334,7 +341,7 @@ func (l *Locker) reacquire(ctx context.Context, old *Lease) (*Lease, error) {
 		redsync.WithValue(old.value),
 	)
 	b := &redsyncBackend{m: m, tenantID: tenantID}
-	return newLease(tenantID, old.holder, old.value, old.fence, until, l.renewEvery, b), nil
+	return newLease(tenantID, old.holder, old.value, old.fence, until, l.renewEvery, b, l.onRenew), nil
 }
 
 func fillHeld(info *Info, value string, ttl time.Duration) {

@@ -45,6 +45,15 @@ type Config struct {
 	RateWindow     time.Duration
 	MaxInFlight    int
 	IdempotencyTTL time.Duration
+
+	// SingleInstance selects the single-instance mode (DESIGN §5): tenant
+	// locks in process memory and writes queued in memory while Redis is
+	// unreachable. Safe only with exactly one instance per Redis and key
+	// prefix.
+	SingleInstance bool
+	// AdvertiseAddr is the address shown for this instance in the instance
+	// registry ("" means the address the API listens on).
+	AdvertiseAddr string
 }
 
 // setting is one configuration entry: its flag name, environment variable,
@@ -114,6 +123,15 @@ func settings() []setting {
 			}},
 		{"idempotency-ttl", "DEPLOYCOORD_IDEMPOTENCY_TTL", "24h", "how long the first answer to a request with an Idempotency-Key is replayed",
 			durationSetter(func(c *Config) *time.Duration { return &c.IdempotencyTTL })},
+		{"single-instance", "DEPLOYCOORD_SINGLE_INSTANCE", "false", "single-instance mode: in-process tenant locks, and writes queued in memory " +
+			"while Redis is down (written back when it returns); ONLY safe with exactly one instance on this Redis and key prefix",
+			func(c *Config, v string) error {
+				b, err := strconv.ParseBool(v)
+				c.SingleInstance = b
+				return err
+			}},
+		{"advertise-addr", "DEPLOYCOORD_ADVERTISE_ADDR", "", "host:port shown for this instance in GET /v1/instances (default the address the API listens on)",
+			func(c *Config, v string) error { c.AdvertiseAddr = v; return nil }},
 	}
 }
 
@@ -226,6 +244,11 @@ func (c Config) validate() error {
 	if c.IdempotencyTTL < time.Minute {
 		errs = append(errs, fmt.Errorf("DEPLOYCOORD_IDEMPOTENCY_TTL %s: at least 1m", c.IdempotencyTTL))
 	}
+	if c.AdvertiseAddr != "" {
+		if _, _, err := net.SplitHostPort(c.AdvertiseAddr); err != nil || len(c.AdvertiseAddr) > 256 || !printable(c.AdvertiseAddr) {
+			errs = append(errs, fmt.Errorf("DEPLOYCOORD_ADVERTISE_ADDR %q: want host:port", c.AdvertiseAddr))
+		}
+	}
 	if err := checkExposure(c.Listen, len(c.Tokens)); err != nil {
 		errs = append(errs, err)
 	}
@@ -240,4 +263,14 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("DEPLOYCOORD_LOG_LEVEL %q: debug, info, warn or error", c.LogLevel))
 	}
 	return errors.Join(errs...)
+}
+
+// printable reports whether s holds printable ASCII only, without spaces.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }

@@ -18,15 +18,20 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/deploycoord/deploycoord/facade"
 	"github.com/deploycoord/deploycoord/httpapi"
+	"github.com/deploycoord/deploycoord/httpapi/metrics"
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/task/stage"
@@ -74,9 +79,15 @@ type Main struct {
 	mini           *miniredis.Miniredis
 	stopMini       chan struct{}
 	client         *redis.Client
+	store          *repository.Dual
 	coord          *facade.Coordinator
 	server         *http.Server
 	served         chan error
+	// metrics is what the server measures (GET /metrics); selfCheck the
+	// Redis self-check GET /readyz shows.
+	metrics   *metrics.Recorder
+	registry  *prometheus.Registry
+	selfCheck *selfCheck
 }
 
 // NewMain returns a Main writing logs to stdout and usage to stderr.
@@ -113,6 +124,8 @@ func newLogger(w io.Writer, c Config) zerolog.Logger {
 // and starts serving the API. It returns once the listener is open.
 func (m *Main) Run(ctx context.Context) error {
 	c := m.Config
+	m.registry = prometheus.NewRegistry()
+	m.metrics = metrics.New(m.registry)
 	if err := m.openRedis(ctx); err != nil {
 		return err
 	}
@@ -120,16 +133,38 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.selfCheck = &selfCheck{info: redisStore.ServerInfo, every: selfCheckEvery}
+	m.checkRedis(ctx)
 	keys := redisStore.Keys()
-	store := repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), redisStore)
-	locks, err := tenantlock.New(m.client, tenantlock.Config{
-		Lease:    c.LockLease,
-		LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
-		FenceKey: func(t string) string { k, _ := keys.Fence(t); return k },
-	})
+	log := m.Log
+	var (
+		locks   *tenantlock.Locker
+		dualCfg repository.DualConfig
+	)
+	if c.SingleInstance {
+		m.Log.Warn().Str("key_prefix", c.KeyPrefix).Msg("SINGLE-INSTANCE MODE (DEPLOYCOORD_SINGLE_INSTANCE=true): tenant locks live in " +
+			"this process and writes are queued in memory while Redis is unreachable. This is safe ONLY with exactly ONE " +
+			"deploycoord instance on this Redis and key prefix: a second instance would deploy the same tenants at the same time.")
+		locks, err = tenantlock.NewLocal(tenantlock.LocalConfig{Lease: c.LockLease, OnRenew: m.metrics.LeaseRenewed})
+		dualCfg = repository.DualConfig{SingleInstance: true, OnReplayError: func(err error) {
+			log.Error().Err(err).Msg("redis refused a queued write when it was written back; the write is dropped")
+		}}
+		m.warnOtherInstances(ctx, redisStore)
+	} else {
+		locks, err = tenantlock.New(m.client, tenantlock.Config{
+			Lease:    c.LockLease,
+			LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
+			FenceKey: func(t string) string { k, _ := keys.Fence(t); return k },
+			OnRenew:  m.metrics.LeaseRenewed,
+		})
+	}
 	if err != nil {
 		return err
 	}
+	m.store = repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), redisStore, dualCfg)
+	// Stopped by Close (after the coordinator), not by ctx: queued writes
+	// must be written back as long as the coordinator may still make them.
+	m.store.Start(context.Background())
 	var pipelines map[string][]task.StageSpec
 	if c.Pipelines != "" {
 		if pipelines, err = LoadPipelines(c.Pipelines); err != nil {
@@ -141,35 +176,139 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("stage settings: %w", err)
 	}
 	registry := stage.NewRegistry(stageOpts)
-	log := m.Log
-	m.coord, err = facade.New(store, locks, facade.Config{
-		Instance: c.InstanceID, Lease: c.LockLease, Stages: registry, Pipelines: pipelines,
-		MaxTenants: c.MaxTenants, Logger: &log,
-	})
-	if err != nil {
-		return err
-	}
-	handler := httpapi.New(m.coord, httpapi.Config{
-		Logger: &log, MaxBodyBytes: c.MaxBodyBytes, Version: Version,
-		Ready:  func(ctx context.Context) error { return m.client.Ping(ctx).Err() },
-		Tokens: c.Tokens, TrustedProxies: c.TrustedProxies, RateLimit: c.RateLimit, RateWindow: c.RateWindow,
-		MaxInFlight: c.MaxInFlight, Idempotency: redisStore.Idempotency(), IdempotencyTTL: c.IdempotencyTTL,
-	})
-	if len(c.Tokens) == 0 {
-		m.Log.Warn().Str("listen", c.Listen).Msg("no API tokens configured (DEPLOYCOORD_TOKENS_FILE, DEPLOYCOORD_TOKENS): " +
-			"every request is served as \"anonymous\" with role operator; the API listens on loopback only")
-	}
+	// Listen before the coordinator starts: its first heartbeat advertises
+	// the address, which is known only now when the port is 0.
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
 	m.Addr = ln.Addr().String()
+	advertise := c.AdvertiseAddr
+	if advertise == "" {
+		advertise = m.Addr
+	}
+	m.coord, err = facade.New(m.store, locks, facade.Config{
+		Instance: c.InstanceID, Lease: c.LockLease, Stages: registry, Pipelines: pipelines,
+		MaxTenants: c.MaxTenants, Logger: &log, Observer: m.metrics,
+		Addr: advertise, Version: Version, SingleInstance: c.SingleInstance, ServerRunID: redisStore.ServerRunID,
+	})
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	m.metrics.Watch(metrics.State{Plans: m.coord, Degraded: m.store.Degraded})
+	handler := httpapi.New(m.coord, httpapi.Config{
+		Logger: &log, MaxBodyBytes: c.MaxBodyBytes, Version: Version,
+		Ready:       func(ctx context.Context) error { return m.client.Ping(ctx).Err() },
+		ReadyDetail: m.readyDetail,
+		Tokens:      c.Tokens, TrustedProxies: c.TrustedProxies, RateLimit: c.RateLimit, RateWindow: c.RateWindow,
+		MaxInFlight: c.MaxInFlight, Idempotency: redisStore.Idempotency(), IdempotencyTTL: c.IdempotencyTTL,
+		Metrics: promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}), Observe: m.metrics.Observe,
+		MaxLongPolls: httpapi.MaxLongPollsDefault,
+	})
+	if len(c.Tokens) == 0 {
+		m.Log.Warn().Str("listen", c.Listen).Msg("no API tokens configured (DEPLOYCOORD_TOKENS_FILE, DEPLOYCOORD_TOKENS): " +
+			"every request is served as \"anonymous\" with role operator; the API listens on loopback only")
+	}
 	m.server = httpapi.NewServer(m.Addr, handler, httpapi.ServerConfig{})
 	m.served = make(chan error, 1)
 	go func() { m.served <- m.server.Serve(ln) }()
-	m.Log.Info().Str("addr", m.Addr).Str("version", Version).Str("key_prefix", c.KeyPrefix).
-		Dur("lock_lease", c.LockLease).Int("pipelines", len(pipelines)).Msg("listening")
+	m.Log.Info().Str("addr", m.Addr).Str("advertise_addr", advertise).Str("version", Version).Str("key_prefix", c.KeyPrefix).
+		Dur("lock_lease", c.LockLease).Int("pipelines", len(pipelines)).Bool("single_instance", c.SingleInstance).
+		Int("redis_pool_size", m.client.Options().PoolSize).Msg("listening")
 	return nil
+}
+
+// selfCheckEvery is how often GET /readyz reads the Redis settings again.
+const selfCheckEvery = 30 * time.Second
+
+// checkRedis runs the Redis self-check at start and logs each warning.
+func (m *Main) checkRedis(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	info, err := m.selfCheck.run(ctx)
+	if err != nil {
+		m.Log.Warn().Err(err).Msg("redis self-check failed; retried by /readyz")
+		return
+	}
+	for _, w := range info.Warnings() {
+		m.Log.Warn().Str("warning", w).Str("redis_version", info.Version).Msg("redis self-check")
+	}
+}
+
+// warnOtherInstances logs an error for every other instance alive on this
+// Redis and key prefix: single-instance mode is not safe with them.
+func (m *Main) warnOtherInstances(ctx context.Context, r *repository.Redis) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	insts, err := r.Instances(ctx)
+	if err != nil {
+		return
+	}
+	for _, in := range insts {
+		if in.ID != m.Config.InstanceID && in.Alive(time.Now(), m.Config.LockLease) {
+			m.Log.Error().Str("other_instance", in.ID).Str("other_addr", in.Addr).
+				Msg("single-instance mode, but another instance is alive on this Redis and key prefix: stop one of them")
+		}
+	}
+}
+
+// readyDetail is the storage state GET /readyz shows.
+func (m *Main) readyDetail(ctx context.Context) httpapi.ReadyChecks {
+	return httpapi.ReadyChecks{Degraded: m.store.Degraded(), PendingWrites: m.store.Pending(), SelfCheck: m.selfCheck.report(ctx)}
+}
+
+// selfCheck keeps the Redis self-check (repository.ServerInfo): run at
+// start, read again by GET /readyz at most every `every`. It remembers the
+// server's first run id to tell a restart.
+type selfCheck struct {
+	info  func(context.Context) (repository.ServerInfo, error)
+	every time.Duration
+
+	mu       sync.Mutex
+	tried    time.Time
+	firstRun string
+	last     httpapi.SelfCheck
+}
+
+// run reads the server's settings now.
+func (s *selfCheck) run(ctx context.Context) (repository.ServerInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runLocked(ctx)
+}
+
+func (s *selfCheck) runLocked(ctx context.Context) (repository.ServerInfo, error) {
+	s.tried = time.Now()
+	info, err := s.info(ctx)
+	if err != nil {
+		s.last.Error = err.Error()
+		return info, err
+	}
+	now := time.Now().UTC()
+	if s.firstRun == "" {
+		s.firstRun = info.RunID
+	}
+	restarted := s.last.Restarted || (info.RunID != "" && info.RunID != s.firstRun)
+	s.last = httpapi.SelfCheck{Warnings: info.Warnings(), RedisVersion: info.Version, RunID: info.RunID,
+		Restarted: restarted, CheckedAt: &now}
+	if s.last.Warnings == nil {
+		s.last.Warnings = []string{}
+	}
+	return info, nil
+}
+
+// report returns the last self-check, read again first when it is older
+// than s.every (or failed).
+func (s *selfCheck) report(ctx context.Context) *httpapi.SelfCheck {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if time.Since(s.tried) >= s.every || (s.last.Error != "" && time.Since(s.tried) >= time.Second) {
+		_, _ = s.runLocked(ctx)
+	}
+	out := s.last
+	out.Warnings = append([]string{}, s.last.Warnings...)
+	return &out
 }
 
 func (m *Main) openRedis(ctx context.Context) error {
@@ -193,7 +332,17 @@ func (m *Main) openRedis(ctx context.Context) error {
 	// Deadlines must reach the socket, or a hung Redis keeps a lease
 	// renewal (and a stage boundary) waiting past the lease.
 	opts.ContextTimeoutEnabled = true
+	// Long polls of the event feed each hold a connection while they wait
+	// (at most httpapi.MaxLongPollsDefault at once): the pool gets that many
+	// on top of go-redis' default (10 per GOMAXPROCS), so they cannot starve
+	// task writes and lease renewals. A pool_size in the URL wins. The read
+	// timeout (3s, or read_timeout in the URL) does not cut them short:
+	// go-redis reads a blocking XREAD for its block time plus 10s.
+	if opts.PoolSize == 0 {
+		opts.PoolSize = redisPoolSize()
+	}
 	m.client = redis.NewClient(opts)
+	m.client.AddHook(repository.NewCommandHook(m.metrics.RedisCommand))
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := m.client.Ping(pctx).Err(); err != nil {
@@ -201,6 +350,10 @@ func (m *Main) openRedis(ctx context.Context) error {
 	}
 	return nil
 }
+
+// redisPoolSize is the default size of the Redis connection pool: go-redis'
+// default plus one connection per long poll the API may hold.
+func redisPoolSize() int { return 10*runtime.GOMAXPROCS(0) + httpapi.MaxLongPollsDefault }
 
 // tickMini moves the embedded Redis's clock with the wall clock, so TTLs
 // (leases, record lifetimes) expire as they would on a real server.
@@ -233,6 +386,10 @@ func (m *Main) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownGrace)
 		errs = append(errs, m.coord.Shutdown(ctx))
 		cancel()
+	}
+	if m.store != nil {
+		// Single-instance mode: a last attempt to write queued writes back.
+		errs = append(errs, m.store.Close())
 	}
 	if m.client != nil {
 		errs = append(errs, m.client.Close())
