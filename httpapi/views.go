@@ -26,7 +26,11 @@ type Plan struct {
 	TotalTasks     int    `json:"totalTasks"`
 	// Counts holds the number of tasks in every task status. Single-plan
 	// answers always carry all six; listings omit it (they do not count).
-	Counts           map[task.Status]int    `json:"counts,omitempty"`
+	Counts map[task.Status]int `json:"counts,omitempty"`
+	// Orphaned is how many RUNNING tasks have an owner instance that is not
+	// alive (-1: unknown, the instance registry could not be read). Single-
+	// plan answers only.
+	Orphaned         *int                   `json:"orphaned,omitempty"`
 	Stages           []string               `json:"stages"`
 	Owner            string                 `json:"owner"`
 	OnTenantLocked   plan.LockPolicy        `json:"onTenantLocked"`
@@ -210,6 +214,8 @@ func planJSON(v facade.PlanView, withCounts bool) Plan {
 		for _, s := range task.Statuses {
 			out.Counts[s] = v.Counts[s]
 		}
+		orphaned := v.Orphaned
+		out.Orphaned = &orphaned
 	}
 	return out
 }
