@@ -82,11 +82,7 @@ func settings() []setting {
 		{"inline-http-hosts", "DEPLOYCOORD_INLINE_HTTP_HOSTS", "", "hosts (host or host:port) inline http stages may call (comma-separated)",
 			func(c *Config, v string) error { c.InlineHTTPHosts = splitList(v); return nil }},
 		{"allow-exec", "DEPLOYCOORD_ALLOW_EXEC", "false", "enable the exec stage kind in operator-defined pipelines",
-			func(c *Config, v string) error {
-				b, err := strconv.ParseBool(v)
-				c.AllowExec = b
-				return err
-			}},
+			boolSetter(func(c *Config) *bool { return &c.AllowExec })},
 		{"log-level", "DEPLOYCOORD_LOG_LEVEL", "info", "debug, info, warn or error",
 			func(c *Config, v string) error { c.LogLevel = v; return nil }},
 		{"log-format", "DEPLOYCOORD_LOG_FORMAT", "json", "json or console",
@@ -125,15 +121,34 @@ func settings() []setting {
 			durationSetter(func(c *Config) *time.Duration { return &c.IdempotencyTTL })},
 		{"single-instance", "DEPLOYCOORD_SINGLE_INSTANCE", "false", "single-instance mode: in-process tenant locks, and writes queued in memory " +
 			"while Redis is down (written back when it returns); ONLY safe with exactly one instance on this Redis and key prefix",
-			func(c *Config, v string) error {
-				b, err := strconv.ParseBool(v)
-				c.SingleInstance = b
-				return err
-			}},
+			boolSetter(func(c *Config) *bool { return &c.SingleInstance })},
 		{"advertise-addr", "DEPLOYCOORD_ADVERTISE_ADDR", "", "host:port shown for this instance in GET /v1/instances (default the address the API listens on)",
 			func(c *Config, v string) error { c.AdvertiseAddr = v; return nil }},
 	}
 }
+
+// boolSetter parses a boolean setting; its flag may be given bare
+// (-allow-exec means -allow-exec=true) since its default is a boolean.
+func boolSetter(field func(*Config) *bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		*field(c) = b
+		return err
+	}
+}
+
+// flagValue is a setting's flag: a string, or a boolean flag that may be
+// given without a value.
+type flagValue struct {
+	v      string
+	isBool bool
+}
+
+func (f *flagValue) String() string { return f.v }
+
+func (f *flagValue) Set(v string) error { f.v = v; return nil }
+
+func (f *flagValue) IsBoolFlag() bool { return f.isBool }
 
 func durationSetter(field func(*Config) *time.Duration) func(*Config, string) error {
 	return func(c *Config, v string) error {
@@ -158,13 +173,16 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	var c Config
 	fs := flag.NewFlagSet("deploycoord", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	values := map[string]*string{}
+	values := map[string]*flagValue{}
 	for _, s := range settings() {
 		def := s.def
 		if v, ok := lookup(getenv, s.env); ok {
 			def = v
 		}
-		values[s.flag] = fs.String(s.flag, def, fmt.Sprintf("%s (env %s)", s.help, s.env))
+		// A setting whose default is a boolean is a boolean flag.
+		isBool := s.def == "true" || s.def == "false"
+		values[s.flag] = &flagValue{v: def, isBool: isBool}
+		fs.Var(values[s.flag], s.flag, fmt.Sprintf("%s (env %s)", s.help, s.env))
 	}
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: deploycoord [flags]\n\nEvery flag has an environment variable; a flag wins over the environment.")
@@ -178,7 +196,7 @@ func ParseConfig(args []string, getenv func(string) string, stderr io.Writer) (C
 	}
 	var errs []error
 	for _, s := range settings() {
-		if err := s.set(&c, *values[s.flag]); err != nil {
+		if err := s.set(&c, values[s.flag].v); err != nil {
 			errs = append(errs, fmt.Errorf("%s / -%s: %w", s.env, s.flag, err))
 		}
 	}

@@ -209,3 +209,23 @@ func TestSanitizeID(t *testing.T) {
 		}
 	}
 }
+
+func TestBareBooleanFlags(t *testing.T) {
+	t.Parallel()
+	c, err := ParseConfig([]string{"-allow-exec", "-single-instance"}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.AllowExec || !c.SingleInstance {
+		t.Fatalf("bare boolean flags not set: allow-exec %v single-instance %v", c.AllowExec, c.SingleInstance)
+	}
+	c, err = ParseConfig([]string{"-allow-exec=false"}, func(k string) string {
+		if k == "DEPLOYCOORD_ALLOW_EXEC" {
+			return "true"
+		}
+		return ""
+	}, io.Discard)
+	if err != nil || c.AllowExec {
+		t.Fatalf("-allow-exec=false over env true: %v %v", c.AllowExec, err)
+	}
+}

@@ -53,6 +53,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "deploycoord:", err)
 		os.Exit(2)
 	}
+	setRedisLogger(m.Log)
 	if err := m.Run(ctx); err != nil {
 		m.Log.Error().Err(err).Msg("start failed")
 		os.Exit(1)
