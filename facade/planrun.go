@@ -247,6 +247,8 @@ func (c *Coordinator) acquire(pr *planRun, t *task.Task) (*tenantlock.Lease, err
 		}
 		var locked *tenantlock.LockedError
 		switch {
+		case errors.As(err, &locked) && c.freeOwnStaleLock(t, locked):
+			continue
 		case errors.As(err, &locked) && locked.Holder.TaskID != t.ID && c.now().Before(waitUntil):
 		case IsUnavailable(err):
 		default:
@@ -284,6 +286,24 @@ func (c *Coordinator) refuseStart(t *task.Task, reason string, log zerolog.Logge
 	}
 	c.publishTask(t, task.Event{At: now.UTC(), Type: task.EventFailed, Reason: reason, Instance: c.cfg.Instance})
 	log.Warn().Str("reason", reason).Msg("task failed: tenant locked")
+}
+
+// freeOwnStaleLock frees a lock that this very instance took for task t in
+// an earlier attempt whose answer was lost (Redis ran the SET NX after the
+// call timed out), so t does not wait a lease for its own lock or, worse,
+// get skipped as "running elsewhere". It returns true when it freed one.
+func (c *Coordinator) freeOwnStaleLock(t *task.Task, locked *tenantlock.LockedError) bool {
+	if locked.Holder.TaskID != t.ID || locked.Holder.Instance != c.cfg.Instance || c.localRun(t.ID) != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
+	defer cancel()
+	if _, err := c.locks.ForceRelease(ctx, t.TenantID, locked.Fence); err != nil {
+		return false
+	}
+	c.log.Warn().Str("task_id", t.ID).Str("tenant_id", t.TenantID).Int64("fence", locked.Fence).
+		Msg("freed this instance's own stale lock from an attempt whose answer was lost")
+	return true
 }
 
 func (c *Coordinator) releaseQuietly(lease *tenantlock.Lease) {

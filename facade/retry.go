@@ -241,6 +241,10 @@ func stageAt(names []string, i int) string {
 func (c *Coordinator) rerun(ctx context.Context, t *task.Task, p *plan.Plan, stages []stage.Runnable, rs rerunSpec, pr *planRun) (*taskRun, int, error) {
 	holder := tenantlock.Holder{PlanID: t.PlanID, TaskID: t.ID, Instance: c.cfg.Instance}
 	lease, err := c.locks.Acquire(ctx, t.TenantID, holder)
+	var stale *tenantlock.LockedError
+	if errors.As(err, &stale) && c.freeOwnStaleLock(t, stale) {
+		lease, err = c.locks.Acquire(ctx, t.TenantID, holder)
+	}
 	if err != nil {
 		var locked *tenantlock.LockedError
 		if errors.As(err, &locked) {

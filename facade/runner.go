@@ -354,6 +354,7 @@ func (r *taskRun) regain() bool {
 // leaseLost stops the run without writing: another instance may own the
 // tenant now, and the fenced writes would be refused anyway.
 func (r *taskRun) leaseLost(err error) {
+	r.c.obs.LeaseLost()
 	r.released = true // nothing of ours left to release
 	r.log.Error().Err(err).Int("stage_index", r.t.StageIndex).Msg("lease lost; task stopped without writing")
 	r.c.publishTask(r.t, task.Event{At: r.c.now().UTC(), Type: task.EventLeaseLost, Reason: err.Error(), Instance: r.c.cfg.Instance, Fence: r.lease.Fence()})
@@ -396,6 +397,7 @@ func (r *taskRun) commit(w task.Write) error {
 	w.Task, w.ExpectSeq, w.Events = r.t, r.t.Seq, r.events
 	delay := 50 * time.Millisecond
 	waiting := false
+	retried := false
 	for {
 		w.Guard = r.guard()
 		ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
@@ -410,11 +412,29 @@ func (r *taskRun) commit(w task.Write) error {
 		}
 		var refused *task.RefusedError
 		if errors.As(err, &refused) {
+			if retried && r.landed(w, refused) {
+				// An earlier attempt whose answer was lost had landed: the
+				// stored record is this very write.
+				r.log.Info().Msg("an earlier attempt of the write had landed")
+				r.applied(w, task.WriteResult{Seq: refused.Seq})
+				return nil
+			}
+			if r.ownsRecord(w, refused) && refused.Reason == task.RefusedLock {
+				// Our lock key lapsed (Redis was slow or away) but the record
+				// is still ours: take the lease back if nobody took the tenant.
+				if ok, stop := r.retake(); ok {
+					retried = true
+					continue
+				} else if stop != nil {
+					return stop
+				}
+			}
 			r.c.obs.WriteRefused(refused.Reason)
 			r.log.Error().Err(err).Str("refusal", string(refused.Reason)).Msg("fenced write refused; task stopped on this instance")
 			r.released = true // the lock is not ours (or gone); never delete it
 			return fmt.Errorf("%w: %w", errStoreRefused, err)
 		}
+		retried = true
 		if !IsUnavailable(err) {
 			return err
 		}
@@ -432,23 +452,51 @@ func (r *taskRun) commit(w task.Write) error {
 			// The lease lapsed during the outage: take it back with the same
 			// value and fence if nobody took the tenant, so the waiting write
 			// still passes the fenced check.
-			ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
-			next, rerr := r.c.locks.Reacquire(ctx, r.lease)
-			cancel()
-			switch {
-			case rerr == nil:
-				r.lease.Forget()
-				r.hold(next)
-				r.log.Warn().Msg("lease re-acquired with the same fence after Redis came back")
+			if ok, stop := r.retake(); ok {
 				continue
-			case errors.Is(rerr, tenantlock.ErrLeaseRefused) || errors.Is(rerr, tenantlock.ErrLocked):
-				r.leaseLost(rerr)
-				return fmt.Errorf("%w: %w", errStoreRefused, rerr)
+			} else if stop != nil {
+				return stop
 			}
 		}
 		r.c.sleep(delay)
 		delay = min(delay*2, time.Second)
 	}
+}
+
+// landed reports whether a refused write was in fact stored by an earlier
+// attempt whose answer was lost: the record is at the write's seq, with its
+// fence, owner and status. While the run holds the lease nobody else writes
+// the record with this fence (writes without the lock only apply to tasks
+// that are not RUNNING).
+func (r *taskRun) landed(w task.Write, refused *task.RefusedError) bool {
+	return refused.Seq == w.ExpectSeq+1 && refused.Fence == w.Guard.Fence &&
+		refused.Owner == r.c.cfg.Instance && refused.Status == w.Task.Status
+}
+
+// ownsRecord reports whether the stored record is still the one this run
+// wrote last: its seq, fence and owner.
+func (r *taskRun) ownsRecord(w task.Write, refused *task.RefusedError) bool {
+	return refused.Seq == w.ExpectSeq && refused.Fence == w.Guard.Fence && refused.Owner == r.c.cfg.Instance
+}
+
+// retake re-acquires a lapsed lease with the same value and fence. It
+// returns ok when the run holds it again; stop (an errStoreRefused error)
+// when the tenant was taken; neither when Redis could not tell (try again).
+func (r *taskRun) retake() (ok bool, stop error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
+	next, err := r.c.locks.Reacquire(ctx, r.lease)
+	cancel()
+	switch {
+	case err == nil:
+		r.lease.Forget()
+		r.hold(next)
+		r.log.Warn().Msg("lease re-acquired with the same fence after Redis came back")
+		return true, nil
+	case errors.Is(err, tenantlock.ErrLeaseRefused) || errors.Is(err, tenantlock.ErrLocked):
+		r.leaseLost(err)
+		return false, fmt.Errorf("%w: %w", errStoreRefused, err)
+	}
+	return false, nil
 }
 
 // applied updates the run after a successful write.
@@ -544,36 +592,52 @@ func (r *taskRun) finish() {
 }
 
 // heartbeat refreshes the task's heartbeat every lease/3 while it holds
-// lease, and cancels the run's stage (cancel) when the lease is lost: the
-// instance cannot promise it is the only one deploying the tenant after its
-// lease ends.
+// lease, and cancels the run's stage (cancel) the moment the lease is lost:
+// the instance cannot promise it is the only one deploying the tenant after
+// its lease ends. The beat itself runs apart from the watch, so a slow or
+// hung Redis never delays the cancel.
 func (r *taskRun) heartbeat(lease *tenantlock.Lease, cancel context.CancelCauseFunc) (stop func()) {
 	done := make(chan struct{})
 	exited := make(chan struct{})
 	tenantID, taskID, g := r.t.TenantID, r.t.ID, guardOf(lease)
+	every := max(r.c.cfg.Lease/3, 10*time.Millisecond)
+	beating := make(chan struct{}, 1) // at most one beat in flight
+	beat := func() {
+		defer func() { <-beating }()
+		// Bounded by the lease left: a beat answered after the lease ended
+		// says nothing anyway.
+		ctx, cancelBeat := context.WithDeadline(context.Background(), lease.Deadline())
+		err := r.c.store.Beat(ctx, tenantID, taskID, g, r.c.now())
+		cancelBeat()
+		var refused *task.RefusedError
+		switch {
+		case errors.As(err, &refused) && refused.Reason == task.RefusedLock && refused.Fence == g.Fence && refused.Owner == r.c.cfg.Instance:
+			// The lock key lapsed but the record is still ours: not a loss
+			// by itself. The renewer (or the next boundary) settles it.
+			r.log.Warn().Err(err).Msg("heartbeat found the lock key gone; lease unconfirmed")
+		case errors.As(err, &refused):
+			r.log.Error().Err(err).Msg("heartbeat refused: another instance owns the task")
+			cancel(fmt.Errorf("%w: heartbeat refused: %w", tenantlock.ErrLeaseRefused, err))
+		case err != nil:
+			r.log.Warn().Err(err).Msg("heartbeat failed")
+		}
+	}
 	go func() {
 		defer close(exited)
-		tick := time.NewTicker(max(r.c.cfg.Lease/3, 10*time.Millisecond))
+		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
 			select {
 			case <-done:
 				return
 			case <-lease.Lost():
-				r.c.obs.LeaseLost()
 				cancel(fmt.Errorf("%w: %w", errInterrupted, lease.Err()))
 				return
 			case <-tick.C:
-				ctx, cancelBeat := context.WithTimeout(context.Background(), max(r.c.cfg.Lease/3, time.Second))
-				err := r.c.store.Beat(ctx, tenantID, taskID, g, r.c.now())
-				cancelBeat()
-				if errors.Is(err, task.ErrWriteRefused) {
-					r.log.Error().Err(err).Msg("heartbeat refused: another instance owns the task")
-					cancel(fmt.Errorf("%w: heartbeat refused: %w", tenantlock.ErrLeaseRefused, err))
-					return
-				}
-				if err != nil {
-					r.log.Warn().Err(err).Msg("heartbeat failed")
+				select {
+				case beating <- struct{}{}:
+					go beat()
+				default: // the last beat is still in flight
 				}
 			}
 		}
