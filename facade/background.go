@@ -149,6 +149,8 @@ type InstanceView struct {
 // Instances lists the coordinator instances seen recently, newest first,
 // and whether each is alive (heartbeat within one lease).
 func (c *Coordinator) Instances(ctx context.Context) ([]InstanceView, error) {
+	ctx, cancel := c.queryCtx(ctx)
+	defer cancel()
 	insts, err := c.store.Instances(ctx)
 	if err != nil {
 		return nil, translate(err, "instances")

@@ -31,6 +31,11 @@ const (
 	LockWaitPollDefault = 500 * time.Millisecond
 	// WriteTimeoutDefault bounds one storage write of a running task.
 	WriteTimeoutDefault = 10 * time.Second
+	// QueryTimeoutDefault bounds the Redis part of a query.
+	QueryTimeoutDefault = 3 * time.Second
+	// DegradedQueryTimeout is how long a query tries Redis while it is known
+	// to be unreachable, before answering from memory.
+	DegradedQueryTimeout = 250 * time.Millisecond
 )
 
 // Config configures a Coordinator. Zero fields mean the default.
@@ -53,6 +58,10 @@ type Config struct {
 	LockWaitPoll time.Duration
 	// WriteTimeout bounds one storage write of a running task.
 	WriteTimeout time.Duration
+	// QueryTimeout bounds the Redis part of a query (QueryTimeoutDefault);
+	// while Redis is known to be unreachable a query tries it for at most
+	// DegradedQueryTimeout before answering from memory.
+	QueryTimeout time.Duration
 	// Clock returns the current time (time.Now).
 	Clock Clock
 	// Rand returns uniform numbers in [0, 1) for retry jitter (math/rand/v2).
@@ -151,6 +160,9 @@ func New(store Store, locks Locker, cfg Config) (*Coordinator, error) {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = WriteTimeoutDefault
+	}
+	if cfg.QueryTimeout <= 0 {
+		cfg.QueryTimeout = QueryTimeoutDefault
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = max(cfg.Lease/3, 10*time.Millisecond)
@@ -259,6 +271,17 @@ func (c *Coordinator) orphaned(t *task.Task) bool {
 		return true
 	}
 	return t.Orphaned(c.now(), c.cfg.Lease)
+}
+
+// queryCtx bounds the Redis part of a query: an SRE asking during an
+// outage gets the answer from memory, marked degraded, in a blink rather
+// than after the client's timeouts.
+func (c *Coordinator) queryCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := c.cfg.QueryTimeout
+	if c.degraded() {
+		d = min(d, DegradedQueryTimeout)
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 func (c *Coordinator) degraded() bool {

@@ -65,6 +65,8 @@ func (c *Coordinator) TasksByTenant(ctx context.Context, tenantIDs []string) (ma
 			return nil, err
 		}
 	}
+	ctx, cancel := c.queryCtx(ctx)
+	defer cancel()
 	ts, cks, err := c.store.TasksByTenant(ctx, tenantIDs)
 	if err != nil {
 		return nil, translate(err, "tasks")

@@ -85,6 +85,8 @@ func (c *Coordinator) Plan(ctx context.Context, planID string) (PlanView, error)
 	if !plan.ValidID(planID) {
 		return PlanView{}, wrapf(ErrInvalid, "plan id %s is not a plan id", task.Quote(planID))
 	}
+	ctx, cancel := c.queryCtx(ctx)
+	defer cancel()
 	p, counts, err := c.store.Plan(ctx, planID)
 	if err != nil {
 		return PlanView{}, translate(err, "plan "+planID)
@@ -122,6 +124,8 @@ func (c *Coordinator) Plans(ctx context.Context, f plan.ListFilter) ([]PlanView,
 	if err := checkLimit(&f.Limit); err != nil {
 		return nil, "", err
 	}
+	ctx, cancel := c.queryCtx(ctx)
+	defer cancel()
 	ps, next, err := c.store.Plans(ctx, f)
 	if err != nil {
 		return nil, "", translate(err, "plans")
@@ -155,6 +159,8 @@ func (c *Coordinator) PlanTasks(ctx context.Context, planID string, f plan.TaskF
 	}
 	orphanedOnly := f.Orphaned
 	f.Orphaned = false
+	ctx, cancel := c.queryCtx(ctx)
+	defer cancel()
 	ts, next, err := c.store.PlanTasks(ctx, planID, f)
 	if err != nil {
 		return nil, "", translate(err, "plan "+planID)

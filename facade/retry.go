@@ -375,6 +375,8 @@ func (c *Coordinator) localRun(taskID string) *taskRun {
 }
 
 func (c *Coordinator) viewOf(ctx context.Context, taskID string) (TaskView, error) {
+	ctx, cancel := c.queryCtx(ctx)
+	defer cancel()
 	t, ck, err := c.store.Task(ctx, taskID)
 	if err != nil {
 		return TaskView{}, translate(err, fmt.Sprintf("task %s", taskID))

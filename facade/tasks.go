@@ -29,6 +29,8 @@ func (c *Coordinator) TaskByTenant(ctx context.Context, tenantID string) (TaskVi
 	if err := checkTenant(tenantID); err != nil {
 		return TaskView{}, err
 	}
+	ctx, cancel := c.queryCtx(ctx)
+	defer cancel()
 	t, ck, err := c.store.TaskByTenant(ctx, tenantID)
 	if err != nil {
 		return TaskView{}, translate(err, "task of tenant "+tenantID)
@@ -77,6 +79,8 @@ func (c *Coordinator) History(ctx context.Context, tenantID string, limit int) (
 	if limit > plan.LimitMax {
 		return nil, wrapf(ErrInvalid, "limit %d out of range 1..%d", limit, plan.LimitMax)
 	}
+	ctx, cancel := c.queryCtx(ctx)
+	defer cancel()
 	ts, err := c.store.TenantHistory(ctx, tenantID, limit)
 	if err != nil {
 		return nil, translate(err, "history of tenant "+tenantID)
@@ -105,6 +109,8 @@ func (c *Coordinator) Timeline(ctx context.Context, tenantID string, limit int) 
 	if limit <= 0 || limit > task.MaxTimeline {
 		limit = task.MaxTimeline
 	}
+	ctx, cancel := c.queryCtx(ctx)
+	defer cancel()
 	t, _, err := c.store.TaskByTenant(ctx, tenantID)
 	if err != nil {
 		return TimelineView{}, translate(err, "task of tenant "+tenantID)
@@ -121,6 +127,8 @@ func (c *Coordinator) Lock(ctx context.Context, tenantID string) (tenantlock.Inf
 	if err := checkTenant(tenantID); err != nil {
 		return tenantlock.Info{}, err
 	}
+	ctx, cancel := c.queryCtx(ctx)
+	defer cancel()
 	info, err := c.locks.View(ctx, tenantID)
 	return info, translate(err, "lock")
 }

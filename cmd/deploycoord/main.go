@@ -221,7 +221,7 @@ func (m *Main) Run(ctx context.Context) error {
 }
 
 // selfCheckEvery is how often GET /readyz reads the Redis settings again.
-const selfCheckEvery = 30 * time.Second
+const selfCheckEvery = 5 * time.Second
 
 // checkRedis runs the Redis self-check at start and logs each warning.
 func (m *Main) checkRedis(ctx context.Context) {
