@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -46,6 +47,9 @@ type planRun struct {
 	queue   []planItem
 	next    int
 	running map[string]*taskRun
+	// leftBehind is set when a task was left PENDING without being queued
+	// again; the run then looks for such tasks before it ends.
+	leftBehind atomic.Bool
 	// waiters counts the workers waiting for the plan to be resumed; cond
 	// (on mu) wakes them.
 	waiters int
@@ -108,8 +112,28 @@ func (pr *planRun) loop() {
 	go pr.poll()
 	pr.log.Info().Int("tasks", len(pr.queue)).Int("max_concurrency", pr.p.MaxConcurrency).Msg("plan run started")
 
-	// A fixed pool of MaxConcurrency workers, each taking the next item
-	// when it is done with one: no goroutine per task.
+	for {
+		pr.work()
+		// Before ending, make sure no PENDING task was left behind (a start
+		// that failed for good, say): the plan would stay RUNNING with no
+		// instance starting its tasks.
+		if !pr.leftovers() {
+			break
+		}
+	}
+	pr.mu.Lock()
+	cancelled := pr.status == plan.StatusCancelled
+	pr.mu.Unlock()
+	if cancelled {
+		pr.cancelQueued()
+	}
+	pr.log.Info().Msg("plan run ended")
+}
+
+// work runs the queue with a fixed pool of MaxConcurrency workers, each
+// taking the next item when it is done with one (no goroutine per task),
+// until the queue is empty or the run must stop feeding.
+func (pr *planRun) work() {
 	var wg sync.WaitGroup
 	for range max(pr.p.MaxConcurrency, 1) {
 		wg.Add(1)
@@ -125,13 +149,32 @@ func (pr *planRun) loop() {
 		}()
 	}
 	wg.Wait()
-	pr.mu.Lock()
-	cancelled := pr.status == plan.StatusCancelled
-	pr.mu.Unlock()
-	if cancelled {
-		pr.cancelQueued()
+}
+
+// leftovers queues the plan's PENDING tasks again if the plan is still
+// RUNNING and ours with some left; it reports whether it queued any.
+func (pr *planRun) leftovers() bool {
+	if !pr.leftBehind.Swap(false) || pr.halted() || pr.c.hardStop.Err() != nil {
+		return false
 	}
-	pr.log.Info().Msg("plan run ended")
+	ctx, cancel := context.WithTimeout(context.Background(), pr.c.cfg.WriteTimeout)
+	defer cancel()
+	p, counts, err := pr.c.store.Plan(ctx, pr.p.ID)
+	if err != nil || p.Status != plan.StatusRunning || p.Owner != pr.c.cfg.Instance || counts[task.StatusPending] == 0 {
+		return false
+	}
+	items, err := pr.c.loadItems(ctx, pr.p.ID, task.StatusPending, itemStart)
+	if err != nil || len(items) == 0 {
+		return false
+	}
+	pr.log.Warn().Int("tasks", len(items)).Msg("pending tasks left behind; starting them again")
+	if !pr.c.sleep(pr.c.cfg.LockWaitPoll) {
+		return false
+	}
+	pr.mu.Lock()
+	pr.queue, pr.next = append(pr.queue[:0], items...), 0
+	pr.mu.Unlock()
+	return true
 }
 
 // take returns the next item to run, waiting while the plan is paused; ok is
@@ -203,10 +246,12 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 			c.refuseStart(t, "TENANT_LOCKED: "+locked.Error(), log)
 		default:
 			log.Error().Err(err).Msg("could not take tenant lock; task left PENDING")
+			pr.leftBehind.Store(true)
 		}
 		return
 	}
 	prev := t.Status
+	orig := t.Clone()
 	if err := t.Start(c.now(), c.cfg.Instance, lease.Fence()); err != nil {
 		log.Error().Err(err).Msg("start task")
 		c.releaseQuietly(lease)
@@ -220,10 +265,17 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 	pr.add(r)
 	r.addEvent(task.Event{Type: task.EventStarted, Instance: c.cfg.Instance, Fence: lease.Fence()})
 	if err := r.write(prev, nil, false); err != nil {
-		if !errors.Is(err, errStoreRefused) {
-			log.Error().Err(err).Msg("could not mark task RUNNING; task left PENDING")
-		}
 		r.finish()
+		var refused *task.RefusedError
+		if errors.As(err, &refused) && refused.Status != task.StatusPending {
+			return // someone else started or cancelled it meanwhile
+		}
+		// The start never landed (our lock lapsed during an outage and the
+		// tenant may be someone else's now, or the write failed): the task
+		// is still PENDING. Queue it again, so it is not stranded; it goes
+		// through the lock and the plan's onTenantLocked policy again.
+		log.Warn().Err(err).Msg("could not mark task RUNNING; queued again")
+		pr.enqueue([]planItem{{t: orig, mode: itemStart}})
 		return
 	}
 	c.obs.TaskStarted()

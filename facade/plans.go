@@ -482,3 +482,29 @@ func (c *Coordinator) pauseOnShutdown(planID string) {
 	}
 	c.publishPlan(p, "plan.paused", nil, ReasonShutdown, nil)
 }
+
+// RepairCounts recomputes a plan's task counts from its task records (the
+// counts cannot drift by design; this is the tool for when a crash between
+// a refused write and its correction, or a hand edit, made them drift) and
+// derives the plan's status again. It is an operator action: reason is
+// required and recorded.
+func (c *Coordinator) RepairCounts(ctx context.Context, planID, reason string, a Actor) (PlanView, error) {
+	if err := checkReason(reason); err != nil {
+		return PlanView{}, err
+	}
+	p, err := c.loadPlan(ctx, planID)
+	if err != nil {
+		return PlanView{}, err
+	}
+	counts, err := c.store.RepairCounts(ctx, planID)
+	if err != nil {
+		return PlanView{}, translate(err, "plan "+planID)
+	}
+	c.logPlanAction(p, "plan counts repaired", reason, a)
+	data := map[string]any{}
+	for s, n := range counts {
+		data[string(s)] = n
+	}
+	c.publishPlan(p, "plan.counts_repaired", &a, reason, map[string]any{"counts": data})
+	return c.Plan(ctx, planID)
+}

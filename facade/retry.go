@@ -113,7 +113,10 @@ func (c *Coordinator) Retry(ctx context.Context, tenantID string, req RetryReque
 	}
 	rs.event = a.event(task.EventRetryRequested, c.now(), req.Reason)
 	rs.event.Instance = c.cfg.Instance
-	rs.event.Data = map[string]any{"mode": mode, "previousStatus": string(t.Status), "wouldRun": res.WouldRun}
+	if rs.event.Data == nil {
+		rs.event.Data = map[string]any{}
+	}
+	rs.event.Data["mode"], rs.event.Data["previousStatus"], rs.event.Data["wouldRun"] = mode, string(t.Status), res.WouldRun
 	if req.FromStage != "" {
 		rs.event.Data["fromStage"] = req.FromStage
 	}

@@ -443,3 +443,36 @@ func (f *feedFilter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		return next(ctx, cmds)
 	}
 }
+
+// TestRepairCounts: counts corrupted by hand in Redis are recomputed from
+// the task records by the operator action, and the plan status follows.
+func TestRepairCounts(t *testing.T) {
+	t.Parallel()
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be)
+		ctx := context.Background()
+		v := b.create(spec([]task.StageSpec{noopStage("a")}, "t-1", "t-2", "t-3"))
+		b.waitPlan(b.coord, v.ID, plan.StatusCompleted)
+		key, err := b.store.Keys().PlanCounts(v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.client.HSet(ctx, key, "COMPLETED", 1, "FAILED", 2).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if pv, _ := b.coord.Plan(ctx, v.ID); pv.Counts[task.StatusFailed] != 2 {
+			t.Fatalf("corruption did not take: %v", pv.Counts)
+		}
+		_, err = b.coord.RepairCounts(ctx, v.ID, "", anyone)
+		mustCode(t, err, facade.ErrInvalid)
+		pv, err := b.coord.RepairCounts(ctx, v.ID, "counts disagree with the task list", anyone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pv.Counts[task.StatusCompleted] != 3 || pv.Counts[task.StatusFailed] != 0 || pv.Status != plan.StatusCompleted {
+			t.Fatalf("after repair: %s %v", pv.Status, pv.Counts)
+		}
+		_, err = b.coord.RepairCounts(ctx, plan.NewID(time.Now()), "x", anyone)
+		mustCode(t, err, facade.ErrNotFound)
+	})
+}

@@ -431,6 +431,9 @@ func (r *taskRun) commit(w task.Write) error {
 			}
 			r.c.obs.WriteRefused(refused.Reason)
 			r.log.Error().Err(err).Str("refusal", string(refused.Reason)).Msg("fenced write refused; task stopped on this instance")
+			// The timeline cannot take it (the write was refused): the feed does.
+			r.c.publishTask(r.t, task.Event{At: r.c.now().UTC(), Type: task.EventWriteRefused, Reason: err.Error(),
+				Instance: r.c.cfg.Instance, Fence: w.Guard.Fence, Data: map[string]any{"refusal": string(refused.Reason)}})
 			r.released = true // the lock is not ours (or gone); never delete it
 			return fmt.Errorf("%w: %w", errStoreRefused, err)
 		}
@@ -474,9 +477,16 @@ func (r *taskRun) landed(w task.Write, refused *task.RefusedError) bool {
 }
 
 // ownsRecord reports whether the stored record is still the one this run
-// wrote last: its seq, fence and owner.
+// wrote last (its seq, fence and owner) — or, for the start of a PENDING
+// task, still the untouched PENDING record this run read.
 func (r *taskRun) ownsRecord(w task.Write, refused *task.RefusedError) bool {
-	return refused.Seq == w.ExpectSeq && refused.Fence == w.Guard.Fence && refused.Owner == r.c.cfg.Instance
+	if refused.Seq != w.ExpectSeq {
+		return false
+	}
+	if w.PrevStatus == task.StatusPending && refused.Status == task.StatusPending {
+		return true
+	}
+	return refused.Fence == w.Guard.Fence && refused.Owner == r.c.cfg.Instance
 }
 
 // retake re-acquires a lapsed lease with the same value and fence. It
@@ -622,10 +632,21 @@ func (r *taskRun) heartbeat(lease *tenantlock.Lease, cancel context.CancelCauseF
 			r.log.Warn().Err(err).Msg("heartbeat failed")
 		}
 	}
+	// Cut the stage a guard time before the lease would end unconfirmed,
+	// not at its last moment: the cancel takes time to reach a stage's
+	// in-flight call, and another instance may take the tenant as soon as
+	// the lock key expires in Redis.
+	leaseLen := lease.Deadline().Sub(lease.Confirmed())
+	if leaseLen <= 0 {
+		leaseLen = r.c.cfg.Lease
+	}
+	guard := min(max(leaseLen/10, 50*time.Millisecond), 5*time.Second)
 	go func() {
 		defer close(exited)
 		tick := time.NewTicker(every)
 		defer tick.Stop()
+		check := time.NewTicker(guard / 2)
+		defer check.Stop()
 		for {
 			select {
 			case <-done:
@@ -633,6 +654,11 @@ func (r *taskRun) heartbeat(lease *tenantlock.Lease, cancel context.CancelCauseF
 			case <-lease.Lost():
 				cancel(fmt.Errorf("%w: %w", errInterrupted, lease.Err()))
 				return
+			case <-check.C:
+				if time.Until(lease.Deadline()) < guard {
+					cancel(fmt.Errorf("%w: lease about to end unconfirmed (renewals are failing)", errInterrupted))
+					return
+				}
 			case <-tick.C:
 				select {
 				case beating <- struct{}{}:

@@ -292,6 +292,11 @@ func (f *fakeService) ResumePlan(_ context.Context, id string, o facade.ResumeOp
 	return f.PlanV, f.Err
 }
 
+func (f *fakeService) RepairCounts(_ context.Context, id, reason string, a facade.Actor) (facade.PlanView, error) {
+	f.record(call{Method: "RepairCounts", ID: id, Reason: reason, Actor: a})
+	return f.PlanV, f.Err
+}
+
 func (f *fakeService) CancelPlan(_ context.Context, id, reason string, a facade.Actor) (facade.PlanView, error) {
 	f.record(call{Method: "CancelPlan", ID: id, Reason: reason, Actor: a})
 	return f.PlanV, f.Err

@@ -141,6 +141,11 @@ func (a *api) cancelPlan(w http.ResponseWriter, r *http.Request) {
 	a.planAction(w, r, a.svc.CancelPlan)
 }
 
+// POST /v1/plans/{planId}/repair-counts
+func (a *api) repairCounts(w http.ResponseWriter, r *http.Request) {
+	a.planAction(w, r, a.svc.RepairCounts)
+}
+
 // POST /v1/plans/{planId}/resume
 func (a *api) resumePlan(w http.ResponseWriter, r *http.Request) {
 	var body ResumePlanRequest

@@ -100,6 +100,7 @@ func TestRoutes(t *testing.T) {
 		{"StartPlan", request{method: "POST", path: pp + "/start", body: reason}, 200, "StartPlan", planActionCheck},
 		{"PausePlan", request{method: "POST", path: pp + "/pause", body: reason}, 200, "PausePlan", planActionCheck},
 		{"CancelPlan", request{method: "POST", path: pp + "/cancel", body: reason}, 200, "CancelPlan", planActionCheck},
+		{"RepairCounts", request{method: "POST", path: pp + "/repair-counts", body: reason}, 200, "RepairCounts", planActionCheck},
 		{"ResumePlan", request{method: "POST", path: pp + "/resume", body: `{"reason": "INC-1234", "includeOrphaned": true}`},
 			200, "ResumePlan", func(t *testing.T, m map[string]any, c call) {
 				planActionCheck(t, m, c)

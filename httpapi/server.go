@@ -251,6 +251,7 @@ func (a *api) routes() *chi.Mux {
 		r.With(validPlan).Post("/v1/plans/{planId}/pause", a.pausePlan)
 		r.With(validPlan).Post("/v1/plans/{planId}/resume", a.resumePlan)
 		r.With(validPlan).Post("/v1/plans/{planId}/cancel", a.cancelPlan)
+		r.With(validPlan).Post("/v1/plans/{planId}/repair-counts", a.repairCounts)
 
 		r.Post("/v1/tenants:status", a.tenantsStatus)
 		r.Group(func(r chi.Router) {

@@ -33,6 +33,9 @@ type Service interface {
 	// CancelPlan cancels a plan. Returns ErrInvalid, ErrNotFound,
 	// ErrPlanFinished, ErrInvalidState, ErrUnavailable.
 	CancelPlan(ctx context.Context, planID, reason string, a facade.Actor) (facade.PlanView, error)
+	// RepairCounts recomputes a plan's counts from its task records.
+	// Returns ErrInvalid, ErrNotFound, ErrUnavailable.
+	RepairCounts(ctx context.Context, planID, reason string, a facade.Actor) (facade.PlanView, error)
 	// Plan returns a plan with its counts. Returns ErrInvalid, ErrNotFound,
 	// ErrUnavailable.
 	Plan(ctx context.Context, planID string) (facade.PlanView, error)

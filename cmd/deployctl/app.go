@@ -116,6 +116,8 @@ func commandTable() []command {
 			`deployctl plan resume plan-01JDQZV5X8M7R2K9C3B4N6P0QS --reason "coord-b died" --include-orphaned`, planAction("resume")},
 		{"plan cancel", "ID --reason R", "Cancel a plan.",
 			`deployctl plan cancel plan-01JDQZV5X8M7R2K9C3B4N6P0QS --reason "rolled back"`, planAction("cancel")},
+		{"plan repair-counts", "ID --reason R", "Recompute a plan's task counts from its task records (if they ever drifted).",
+			`deployctl plan repair-counts plan-01JDQZV5X8M7R2K9C3B4N6P0QS --reason "counts disagree with plan tasks"`, planAction("repair-counts")},
 		{"status", "--tenant ID | --tenants-file F", "Show the current task of a tenant, or of every tenant listed in a file (one id a line, # comments; - reads stdin).",
 			"deployctl status --tenant t-042", (*app).status},
 		{"timeline", "--tenant ID [--limit N]", "Show the timeline of a tenant's current task, oldest first.",

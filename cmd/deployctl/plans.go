@@ -376,6 +376,15 @@ func (a *app) printPlan(p httpapi.Plan) error {
 			counts = append(counts, fmt.Sprintf("%s %d", s, c[s]))
 		}
 		t.row("TASKS", strings.Join(counts, "  "))
+		if p.Orphaned != nil && *p.Orphaned != 0 {
+			orphaned := strconv.Itoa(*p.Orphaned)
+			if *p.Orphaned < 0 {
+				orphaned = "unknown (instance registry unreadable)"
+			} else {
+				orphaned += " (owner instance gone: retry them, or resume the plan with --include-orphaned)"
+			}
+			t.row("ORPHANED", orphaned)
+		}
 	} else {
 		t.row("TASKS", strconv.Itoa(p.TotalTasks))
 	}

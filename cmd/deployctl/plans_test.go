@@ -305,4 +305,13 @@ func TestPlanActions(t *testing.T) {
 	must(t, s.cli(t, "plan", "cancel", id, "--reason", "rolled back"), 0, "stdout", "CANCELLED")
 	must(t, s.cli(t, "plan", "cancel", id, "--reason", "again"), 4, "stderr", "error: PLAN_FINISHED: ")
 	s.idle(t)
+	must(t, s.cli(t, "plan", "repair-counts", id), 2, "stderr", "--reason is required")
+	r = s.cli(t, "plan", "repair-counts", id, "--reason", "check counts", "-o", "json")
+	must(t, r, 0, "stdout")
+	if p := decode(t, r.stdout); p["status"] != "CANCELLED" {
+		t.Fatalf("repaired plan = %v", p)
+	}
+	if got := s.requests("POST", "/v1/plans/"+id+"/repair-counts"); len(got) != 1 || !strings.Contains(got[0].body, `"reason":"check counts"`) {
+		t.Fatalf("repair requests = %+v", got)
+	}
 }
