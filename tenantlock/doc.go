@@ -12,8 +12,9 @@
 // layout); the braces are a Redis Cluster hash tag, so both keys share the
 // tenant's slot with its records and one script can check lock, fence and
 // write the task atomically. Tenant ids and holder fields are checked
-// against the tenant allowlist ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ before
-// anything reaches Redis.
+// against the tenant allowlist ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ (a byte
+// loop with the regexp's semantics, tested against it) before anything
+// reaches Redis.
 //
 // # Acquire, lease and renewal
 //
@@ -30,14 +31,29 @@
 // Acquire takes a redsync Mutex with WithExpiry(Lease), WithTries(1) (the
 // caller decides whether to wait) and a value that names the holder,
 // {"planId","taskId","owner","nonce"}, unique per acquisition thanks to the
-// random nonce. The Lease starts one renewer goroutine, the only user of the
-// Mutex (redsync's Mutex is not safe for concurrent use); Release stops it and
-// waits for it to exit before it unlocks, and other goroutines read the
-// deadline atomically. Deadline is redsync's Until: the time the last
-// confirmed request was sent plus the lease, less 1% for clock drift. Each
-// extension runs with a context deadline no later than that, so a hung Redis
-// cannot keep a lease alive past it: Lost closes by the deadline (plus
-// scheduling slack) and Check fails before that by the caller's margin.
+// random nonce (128 bits of math/rand/v2's ChaCha8, seeded by the runtime
+// from system entropy: unique, not secret). The value is written by hand in
+// exactly encoding/json's layout, and read back without encoding/json when
+// it has that layout, so older values and foreign ones parse as before.
+//
+// Each Lease has one renewer goroutine, the only user of the Mutex
+// (redsync's Mutex is not safe for concurrent use), and no other goroutine:
+// a timer starts the renewer at the first renewal, so a lease released or
+// forgotten within RenewEvery (a short task) never has a goroutine at all.
+// Release stops the renewer (or its timer) and waits for it to exit before
+// it unlocks, and other goroutines read the deadline atomically. Deadline
+// is redsync's Until: the time the last confirmed request was sent plus the
+// lease, less 1% for clock drift. Each extension runs with a context
+// deadline no later than that, so a hung Redis cannot keep a lease alive
+// past it: Lost closes by the deadline (plus scheduling slack) and Check
+// fails before that by the caller's margin.
+//
+// A holder that must stop at once when its lease is lost — cancel the stage
+// it runs — takes Lease.Context(parent): a context that the renewer itself
+// cancels, with Err as its cause (context.Cause), in the same step that
+// records the loss, before Lost closes. No goroutine of the caller's has to
+// watch Lost. Release, Forget and a replacing Reacquire are not losses and
+// leave it alone; its CancelFunc unregisters it.
 //
 // WithSetNXOnExtend is never used: it re-creates a lock that expired, which
 // would resurrect a lease that another instance may have taken and released
@@ -80,38 +96,54 @@
 //
 // # Fencing tokens
 //
-// redsync calls SetNX on its Pool's Conn; the package gives redsync its own
-// Pool (lockPool) whose SetNX runs scripts/acquire_lock.lua instead of a bare
-// SET NX PX: when the SET succeeds, the same script INCRs the tenant's fence
-// counter and returns the token, so a token is taken only by the acquirer, in
-// the same atomic step and round trip as the lock. The counter is raised to
-// a floor, Clock().UnixMilli(), when below it: a counter lost to eviction or
-// to a restart from an old snapshot still yields a token above every token
-// handed out before, as long as tokens were not taken faster than one per
-// millisecond and clocks agree within the time between two acquisitions of a
-// tenant. The counter has no TTL, and while the lock is held only its holder
-// has moved it, so it is exactly the holder's token; ForceRelease
-// compares it with the token the operator saw (scripts/force_release_lock.lua,
-// one atomic step). A pool per acquisition hands the token back to Acquire.
+// redsync calls SetNX on its Pool's Conn; the package gives every Mutex its
+// own Pool and Conn (redsyncBackend, which is also the Lease's backend: one
+// allocation for the three) whose SetNX runs scripts/acquire_lock.lua
+// instead of a bare SET NX PX: when the SET succeeds, the same script INCRs
+// the tenant's fence counter and returns the token, so a token is taken only
+// by the acquirer, in the same atomic step and round trip as the lock. The
+// counter is raised to a floor, Clock().UnixMilli(), when below it: a
+// counter lost to eviction or to a restart from an old snapshot still yields
+// a token above every token handed out before, as long as tokens were not
+// taken faster than one per millisecond and clocks agree within the time
+// between two acquisitions of a tenant. The counter has no TTL, and while
+// the lock is held only its holder has moved it, so it is exactly the
+// holder's token; ForceRelease compares it with the token the operator saw
+// (scripts/force_release_lock.lua, one atomic step). The script is
+// idempotent: run again with a value the lock already holds (go-redis
+// retrying a call whose answer was lost), it answers the same token and
+// writes nothing; 0 therefore always means "held by someone else, nothing
+// written".
 //
-// # Failures
+// # Round trips
 //
-// Errors never carry go-redis or redsync types. A held lock is a
-// *LockedError (ErrLocked); a failed or timed-out Redis call, or an ended
-// context, is a *RedisError whose Unavailable method says whether Redis was
-// unreachable or too slow (the coordinator checks
-// interface{ Unavailable() bool }); a bad id matches ErrInvalid. A lost lease
-// reports an error matching ErrLeaseLost through Err and Check. Release never
-// deletes a lock that holds another value; releasing a lease whose lock is
-// already gone returns nil. A SET NX that succeeds in Redis but whose answer
-// is lost leaves the lock to expire after one lease (redsync sends a
-// compare-and-delete for it, which may fail the same way).
+//	Acquire                         1  (acquire_lock.lua)
+//	Acquire refused (tenant locked) 2  (acquire_lock.lua, then the holder read: GET, PTTL, GET in MULTI/EXEC)
+//	Release                         1  (redsync's compare-and-delete)
+//	extension (renewer)             1  (redsync's PEXPIRE-if-ours) every RenewEvery
+//	View, ForceRelease, Reacquire   1
+//	Forget, Context                 0
 //
-// go-redis applies context deadlines to the socket only when the client was
-// made with ContextTimeoutEnabled: true. Without it, calls wait for the
-// client's ReadTimeout instead, and a renewal against a hung Redis can
-// outlive the lease. The package cannot check this setting; every client
-// given to New must have it (redistest.NewClient does).
+// redsync sends its release after every failed lock attempt. When the
+// script answered 0 (held by someone else, nothing written), the Conn
+// answers that release itself (0, not deleted) without a round trip, so a
+// refused acquisition costs 2 round trips, not 3. When the call failed or
+// timed out, the SET may have landed, and the release goes out.
+//
+// # Batching
+//
+// By default (Config.Unbatched false) the script calls (SET NX, extension,
+// release) of a Locker have at most two round trips in flight. A call made
+// while fewer are in flight goes out at once from its caller's goroutine;
+// calls made while two are wait, and as soon as one returns, one sender
+// goroutine per Locker sends all of them in one pipeline (no timer delay).
+// Each caller still sees one round trip, a pipeline of k acquisitions is one
+// round trip for all k, and the sender, long-lived under load, runs
+// go-redis on a stack that has grown once instead of growing the stack of
+// the goroutine redsync starts for every call. A queued call whose context
+// ended is not sent; a caller returns at its context's end at the latest.
+// Calls without a deadline (a Release with such a context) are always sent
+// directly. The sender exits after a second without work.
 //
 // # Single-instance mode
 //

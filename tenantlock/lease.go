@@ -33,16 +33,19 @@ type backend interface {
 	forget()
 }
 
-// Lease is one holding of a tenant lock. One goroutine (started by Acquire)
-// owns the underlying redsync mutex and renews it every Config.RenewEvery;
-// every other method is safe to call from any goroutine.
+// Lease is one holding of a tenant lock. One goroutine, its renewer, owns
+// the underlying redsync mutex and renews it every Config.RenewEvery; every
+// other method is safe to call from any goroutine. The renewer starts at the
+// first renewal (a timer until then), so a lease given up within
+// RenewEvery never has a goroutine of its own.
 //
-// The lease is lost (Lost closes, Err says why) when Redis refuses an
-// extension — the lock was deleted, expired or taken over — or when the local
-// deadline passes without a confirmed extension. A holder must stop writing
-// then; its fenced writes would be refused anyway. Refused tells the two
-// apart: a refused lease is gone for good, one that only ran out while Redis
-// did not answer may be taken back by Locker.Reacquire.
+// The lease is lost (Lost closes, the contexts made by Context are
+// cancelled, Err says why) when Redis refuses an extension — the lock was
+// deleted, expired or taken over — or when the local deadline passes without
+// a confirmed extension. A holder must stop writing then; its fenced writes
+// would be refused anyway. Refused tells the two apart: a refused lease is
+// gone for good, one that only ran out while Redis did not answer may be
+// taken back by Locker.Reacquire.
 type Lease struct {
 	tenantID   string
 	holder     Holder
@@ -53,15 +56,28 @@ type Lease struct {
 	// onRenew is told the outcome of every extension attempt (may be nil).
 	onRenew func(ok bool)
 
-	deadline  atomic.Pointer[time.Time]
-	confirmed atomic.Pointer[time.Time]
-	lost      chan struct{}
-	err       atomic.Pointer[error]
+	// times is the deadline and the last confirmation; first holds the
+	// acquisition's, so that a new Lease allocates nothing for them.
+	times atomic.Pointer[leaseTimes]
+	first leaseTimes
+	err   atomic.Pointer[error]
 
-	// stop ends renewal; done closes when the renewer has exited.
-	stop     context.CancelFunc
+	// start runs the renewer at the first renewal. done closes when the
+	// renewer has exited, or when halt stopped start before it ran.
+	start *time.Timer
+	done  chan struct{}
+
+	mu sync.Mutex
+	// stop cancels the renewer's context; set by the renewer when it starts.
+	stop context.CancelFunc
+	// lost is made by the first call of Lost (closed if the lease is lost
+	// already), and closed by lose.
+	lost chan struct{}
+	// hooks are the cancel functions of the contexts made by Context and
+	// not cancelled yet; lose calls them.
+	hooks []*lostHook
+
 	stopped  atomic.Bool
-	done     chan struct{}
 	relMu    sync.Mutex // serializes Release and Reacquire calls
 	released atomic.Bool
 	// deleted is set when Release gave the lock up, replaced when
@@ -71,8 +87,17 @@ type Lease struct {
 	replaced atomic.Bool
 }
 
+// leaseTimes is what the renewer publishes after each confirmed extension.
+type leaseTimes struct {
+	deadline, confirmed time.Time
+}
+
+// lostHook is one context made by Lease.Context.
+type lostHook struct {
+	cancel context.CancelCauseFunc
+}
+
 func newLease(tenantID string, h Holder, value string, fence int64, until time.Time, renewEvery time.Duration, b backend, onRenew func(bool)) *Lease {
-	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lease{
 		tenantID:   tenantID,
 		holder:     h,
@@ -81,14 +106,11 @@ func newLease(tenantID string, h Holder, value string, fence int64, until time.T
 		renewEvery: renewEvery,
 		backend:    b,
 		onRenew:    onRenew,
-		lost:       make(chan struct{}),
-		stop:       cancel,
+		first:      leaseTimes{deadline: until, confirmed: time.Now()},
 		done:       make(chan struct{}),
 	}
-	l.deadline.Store(&until)
-	now := time.Now()
-	l.confirmed.Store(&now)
-	go l.renew(ctx)
+	l.times.Store(&l.first)
+	l.start = time.AfterFunc(min(renewEvery, time.Until(until)), l.run)
 	return l
 }
 
@@ -107,12 +129,12 @@ func (l *Lease) Fence() int64 { return l.fence }
 // Deadline returns when the lease ends unless renewed (local clock, drift
 // allowed for): the time of the last confirmed acquisition or extension's
 // request plus the lease, less 1% for clock drift (redsync's Until).
-func (l *Lease) Deadline() time.Time { return *l.deadline.Load() }
+func (l *Lease) Deadline() time.Time { return l.times.Load().deadline }
 
 // Confirmed returns when the lock's store last confirmed the lease: when
 // the answer to its acquisition, re-acquisition or latest successful
 // extension arrived (local monotonic clock).
-func (l *Lease) Confirmed() time.Time { return *l.confirmed.Load() }
+func (l *Lease) Confirmed() time.Time { return l.times.Load().confirmed }
 
 // Local reports whether the lease is an in-process lock of a Locker made by
 // NewLocal (single-instance mode). No lock key exists in Redis then: fenced
@@ -147,8 +169,66 @@ func (l *Lease) Check(margin time.Duration) error {
 }
 
 // Lost returns a channel closed when the lease is lost. Release and Forget
-// do not close it.
-func (l *Lease) Lost() <-chan struct{} { return l.lost }
+// do not close it. (Context gives the same signal as a context, without a
+// goroutine of the caller's to watch this channel.)
+func (l *Lease) Lost() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost == nil {
+		l.lost = make(chan struct{})
+		if l.err.Load() != nil {
+			close(l.lost)
+		}
+	}
+	return l.lost
+}
+
+// Context returns a copy of parent that is cancelled, with Err as its cause
+// (context.Cause), the moment the lease is lost: when its renewer finds an
+// extension refused (the cause matches ErrLeaseRefused and ErrLeaseLost) or
+// the deadline passed with no extension confirmed (ErrLeaseLost only). If
+// the lease is lost already, the context is returned cancelled. No
+// goroutine is started: the lease's renewer, which notices the loss,
+// cancels the context itself (a parent of a context type of its own still
+// costs the goroutine context.WithCancelCause starts to watch it).
+//
+// Release, Forget and a Locker.Reacquire that replaces the lease are not
+// losses: they leave the context alone (call Context again on the Lease
+// that Reacquire returned). The context also ends with parent, as any
+// derived context. Call the returned CancelFunc when the context is no
+// longer needed: it cancels the context (cause context.Canceled, unless the
+// loss came first) and unregisters it from the lease.
+func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	h := &lostHook{cancel: cancel}
+	l.mu.Lock()
+	if p := l.err.Load(); p != nil {
+		l.mu.Unlock()
+		cancel(*p)
+		return ctx, func() { cancel(nil) }
+	}
+	l.hooks = append(l.hooks, h)
+	l.mu.Unlock()
+	return ctx, func() {
+		l.unhook(h)
+		cancel(nil)
+	}
+}
+
+// unhook removes h from the lease's hooks, if it is still there.
+func (l *Lease) unhook(h *lostHook) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, x := range l.hooks {
+		if x == h {
+			last := len(l.hooks) - 1
+			l.hooks[i] = l.hooks[last]
+			l.hooks[last] = nil
+			l.hooks = l.hooks[:last]
+			return
+		}
+	}
+}
 
 // Err returns why the lease was lost, nil before: an error matching
 // ErrLeaseLost, and also ErrLeaseRefused (a *RefusedError) when an
@@ -208,36 +288,80 @@ func (l *Lease) Forget() {
 	}
 }
 
+// halt stops renewal: the renewer's context is cancelled, or, if it has not
+// started yet, its timer is stopped. Safe to call more than once.
 func (l *Lease) halt() {
-	l.stopped.Store(true)
-	l.stop()
+	if l.stopped.Swap(true) {
+		return
+	}
+	l.mu.Lock()
+	stop := l.stop
+	// Stop reports false when the timer has fired: the renewer is starting
+	// and will find the lease stopped (it checks under mu), closing done.
+	never := stop == nil && l.start.Stop()
+	l.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if never {
+		close(l.done)
+	}
 }
 
-// lose records why the lease was lost and closes Lost. Only the renewer
-// calls it, once.
+// lose records why the lease was lost, cancels the contexts made by Context
+// and closes Lost, all under mu: whoever sees Lost closed — including a
+// channel Lost makes afterwards, made closed — finds those contexts done.
+// (A context's cancel function never calls back into the lease: it only
+// cancels contexts of the context package.) Only the renewer calls it, once.
 func (l *Lease) lose(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.err.Store(&err)
-	close(l.lost)
+	for _, h := range l.hooks {
+		h.cancel(err)
+	}
+	l.hooks = nil
+	if l.lost != nil {
+		close(l.lost)
+	}
 }
 
-// renew extends the lock every renewEvery until stopped or lost. A refused
-// extension loses the lease at once; a failed one is retried every
-// renewEvery/4, each attempt bounded by the lease's deadline, and the lease
-// is lost when the deadline passes without a confirmed extension.
-func (l *Lease) renew(ctx context.Context) {
+// run is the renewer goroutine, started by the timer at the first renewal.
+func (l *Lease) run() {
 	defer close(l.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l.mu.Lock()
+	if l.stopped.Load() {
+		l.mu.Unlock()
+		return
+	}
+	l.stop = cancel
+	l.mu.Unlock()
+	l.renew(ctx)
+}
+
+// renew extends the lock now and then every renewEvery until stopped or
+// lost. A refused extension loses the lease at once; a failed one is retried
+// every renewEvery/4, each attempt bounded by the lease's deadline, and the
+// lease is lost when the deadline passes without a confirmed extension.
+func (l *Lease) renew(ctx context.Context) {
 	retryEvery := max(l.renewEvery/4, time.Millisecond)
-	timer := time.NewTimer(min(l.renewEvery, time.Until(l.Deadline())))
-	defer timer.Stop()
-	var lastErr error
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
+	var (
+		timer   *time.Timer
+		lastErr error
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
 		}
+	}()
+	for {
 		dl := l.Deadline()
 		if !time.Now().Before(dl) {
+			if ctx.Err() != nil {
+				return // stopped: Release and Forget are not losses
+			}
 			cause := "no extension confirmed before the deadline"
 			if lastErr != nil {
 				cause += " (last error: " + lastErr.Error() + ")"
@@ -261,9 +385,7 @@ func (l *Lease) renew(ctx context.Context) {
 		wait := l.renewEvery
 		switch {
 		case err == nil:
-			now := time.Now()
-			l.deadline.Store(&until)
-			l.confirmed.Store(&now)
+			l.times.Store(&leaseTimes{deadline: until, confirmed: time.Now()})
 			lastErr = nil
 		case errors.Is(err, errRefused):
 			l.lose(&RefusedError{TenantID: l.tenantID, Fence: l.fence, Reason: err.Error()})
@@ -276,7 +398,17 @@ func (l *Lease) renew(ctx context.Context) {
 			}
 			wait = retryEvery
 		}
-		timer.Reset(min(wait, time.Until(l.Deadline())))
+		wait = min(wait, time.Until(l.Deadline()))
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
 	}
 }
 

@@ -107,10 +107,7 @@ func (t *localTable) info(tenantID string, e *localLock, now time.Time) Info {
 }
 
 func (t *localTable) acquire(tenantID string, h Holder) (*Lease, error) {
-	value, err := encodeValue(h)
-	if err != nil {
-		return nil, err
-	}
+	value := encodeValue(h)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()

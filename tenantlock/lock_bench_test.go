@@ -3,8 +3,11 @@ package tenantlock_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,7 +18,9 @@ import (
 // Benchmarks of the lock's hot path on a throwaway redis-server of their
 // own. Besides ns/op each reports rtt/op (Redis round trips, counted by
 // redistest.Counter) and redis-µs/op (the server's CPU time per operation,
-// from INFO cpu). Compare runs with benchstat:
+// from INFO cpu) and go-µs/op (this process's CPU time per operation, from
+// getrusage). TENANTLOCK_BENCH_UNBATCHED=1 runs them with Config.Unbatched.
+// Compare runs with benchstat:
 //
 //	go test ./tenantlock/ -run XXX -bench . -count 6 > old.txt
 
@@ -26,8 +31,9 @@ func newBenchLocker(b *testing.B) (*tenantlock.Locker, *redistest.Counter, func(
 	counter := &redistest.Counter{}
 	c.AddHook(counter)
 	l, err := tenantlock.New(c, tenantlock.Config{
-		LockKey:  func(t string) string { return "bench:lock:tenant:{" + t + "}" },
-		FenceKey: func(t string) string { return "bench:fence:tenant:{" + t + "}" },
+		Unbatched: os.Getenv("TENANTLOCK_BENCH_UNBATCHED") != "",
+		LockKey:   func(t string) string { return "bench:lock:tenant:{" + t + "}" },
+		FenceKey:  func(t string) string { return "bench:fence:tenant:{" + t + "}" },
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -57,13 +63,23 @@ func newBenchLocker(b *testing.B) (*tenantlock.Locker, *redistest.Counter, func(
 
 func report(b *testing.B, counter *redistest.Counter, redisCPU func() time.Duration, f func()) {
 	b.Helper()
-	cpu0, rtt0 := redisCPU(), counter.RoundTrips()
+	cpu0, rtt0, self0 := redisCPU(), counter.RoundTrips(), selfCPU(b)
 	b.ResetTimer()
 	f()
 	b.StopTimer()
 	b.ReportMetric(float64(counter.RoundTrips()-rtt0)/float64(b.N), "rtt/op")
+	b.ReportMetric(float64((selfCPU(b)-self0).Nanoseconds())/1e3/float64(b.N), "go-µs/op")
 	// INFO cpu has 1 ms resolution: meaningful from a few thousand operations.
 	b.ReportMetric(float64((redisCPU()-cpu0).Microseconds())/float64(b.N), "redis-µs/op")
+}
+
+// selfCPU returns the CPU time (user and system) of this process so far.
+func selfCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkAcquireRelease takes a tenant's lock with a new fencing token
@@ -112,6 +128,29 @@ func BenchmarkAcquireParallel(b *testing.B) {
 	ctx := context.Background()
 	h := tenantlock.Holder{PlanID: "plan-1", TaskID: "task-1", Instance: "bench-1"}
 	var next atomic.Int64
+	report(b, counter, redisCPU, func() {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				lease, err := l.Acquire(ctx, "tenant-"+strconv.FormatInt(next.Add(1), 10), h)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				lease.Forget()
+			}
+		})
+	})
+}
+
+// BenchmarkAcquireConcurrent is BenchmarkAcquireParallel from 64
+// goroutines, the coordinator's default maxConcurrency: task starts as a
+// plan run makes them.
+func BenchmarkAcquireConcurrent(b *testing.B) {
+	l, counter, redisCPU := newBenchLocker(b)
+	ctx := context.Background()
+	h := tenantlock.Holder{PlanID: "plan-1", TaskID: "task-1", Instance: "bench-1"}
+	var next atomic.Int64
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
 	report(b, counter, redisCPU, func() {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {

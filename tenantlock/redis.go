@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,104 +29,138 @@ var (
 	reacquireLockScript = redis.NewScript(reacquireLockSrc)
 )
 
-// lockPool is the redsync pool of one acquisition. It wraps the go-redis
-// client like redsync's goredis pool, except that SetNX runs
-// acquire_lock.lua, which takes the fencing token in the same atomic step as
-// the lock and hands it over in fence. A pool per acquisition knows its
-// tenant's fence key and keeps the token away from every other acquisition.
-type lockPool struct {
-	client   redis.UniversalClient
+// redsyncDeleteHash is the SHA1 of redsync's release script (deleteScript
+// in redsync's scripts.go, its compare-and-delete), which redsync also sends
+// after every failed lock attempt.
+const redsyncDeleteHash = "e950836ed1e694540c503ef9972b8de518044d3b"
+
+// redsyncBackend is the Redis side of one redsync Mutex, and so of one
+// acquisition and of the Lease it makes: redsync's Pool (the Mutex's only
+// one), whose Conn is the same struct (redsyncConn), and the Lease's
+// backend. One allocation serves all three.
+//
+// The Conn wraps the go-redis client like redsync's goredis pool, except
+// that SetNX runs acquire_lock.lua, which takes the fencing token in the
+// same atomic step as the lock and leaves it in fence, and that script calls
+// go through the Locker's batcher when batching is on. Get keeps the
+// context it is given for the calls that follow: redsync calls Get and then
+// the Conn from one goroutine per operation, and the operations of one Mutex
+// never overlap — one pool; the acquisition, then the renewer, then Release
+// after the renewer has exited — each goroutine started after the previous
+// one handed its result back over a channel. So the fields are plain.
+//
+// As a backend, only the Lease's renewer calls extend, and Release after the
+// renewer has exited; redsync's Mutex is not safe for concurrent use.
+type redsyncBackend struct {
+	lk       *Locker
+	m        *redsync.Mutex
+	tenantID string
 	fenceKey string
-	clock    func() time.Time
-	// fence is the token taken by a successful SetNX, 0 before. redsync
-	// calls SetNX on a goroutine of its own and hands the result back over
-	// a channel; atomic keeps that visible to any reader.
-	fence atomic.Int64
+	// value is the value the Mutex takes the lock with.
+	value string
+	// pools is the Mutex's list of pools: this backend.
+	pools [1]redsyncredis.Pool
+	// ctx is the context of the operation under way (see Get).
+	ctx context.Context
+	// fence is the token taken by a successful SetNX, 0 before.
+	fence int64
+	// refused is the value of a SetNX that Redis answered with "held by
+	// someone else", nothing written: the compare-and-delete that redsync
+	// sends next for that value is answered here, without a round trip.
+	refused string
 }
 
+// genValue is the Mutex's value function.
+func (b *redsyncBackend) genValue() (string, error) { return b.value, nil }
+
 // Get implements redsyncredis.Pool.
-func (p *lockPool) Get(ctx context.Context) (redsyncredis.Conn, error) {
+func (b *redsyncBackend) Get(ctx context.Context) (redsyncredis.Conn, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return &lockConn{p: p, ctx: ctx}, nil
+	b.ctx = ctx
+	return (*redsyncConn)(b), nil
 }
 
-// lockConn implements redsyncredis.Conn; every call runs with the context
-// given to Get.
-type lockConn struct {
-	p   *lockPool
-	ctx context.Context
-}
+// redsyncConn is a redsyncBackend as redsync's Conn; every call runs with the
+// context given to Get.
+type redsyncConn redsyncBackend
 
-func (c *lockConn) Get(name string) (string, error) {
-	v, err := c.p.client.Get(c.ctx, name).Result()
+func (c *redsyncConn) Get(name string) (string, error) {
+	v, err := c.lk.client.Get(c.ctx, name).Result()
 	return v, noErrNil(err)
 }
 
-func (c *lockConn) Set(name, value string) (bool, error) {
-	v, err := c.p.client.Set(c.ctx, name, value, 0).Result()
+func (c *redsyncConn) Set(name, value string) (bool, error) {
+	v, err := c.lk.client.Set(c.ctx, name, value, 0).Result()
 	return v == "OK", err
 }
 
 // SetNX takes the lock and a fencing token (acquire_lock.lua) instead of a
-// bare SET NX PX.
-func (c *lockConn) SetNX(name, value string, expiry time.Duration) (bool, error) {
-	floor := c.p.clock().UnixMilli()
-	n, err := acquireLockScript.Run(c.ctx, c.p.client, []string{name, c.p.fenceKey},
-		value, expiry.Milliseconds(), floor).Int64()
+// bare SET NX PX. When the script answers that another value holds the lock
+// (nothing was written), the value is remembered so that the release redsync
+// sends after the failed attempt costs no round trip; on an error or a
+// timeout the SET may have landed, and the release goes out.
+func (c *redsyncConn) SetNX(name, value string, expiry time.Duration) (bool, error) {
+	floor := c.lk.clock().UnixMilli()
+	v, err := c.lk.evalSha(c.ctx, acquireLockSrc,
+		"evalsha", acquireLockScript.Hash(), 2, name, c.fenceKey, value, expiry.Milliseconds(), floor)
 	if err != nil {
 		return false, err
 	}
-	if n <= 0 {
+	n, ok := v.(int64)
+	switch {
+	case !ok:
+		return false, fmt.Errorf("acquire_lock.lua returned %T, want an integer", v)
+	case n < 0:
+		// The lock holds this very value: a retried call after the first
+		// one landed, with the fence counter gone meanwhile. Not a clean
+		// refusal: the release goes out.
+		return false, errors.New("acquire_lock.lua: the lock holds this acquisition's value but the fence counter is missing")
+	case n == 0:
+		c.refused = value
 		return false, nil
 	}
-	c.p.fence.Store(n)
+	c.fence = n
 	return true, nil
 }
 
 // Eval runs redsync's release and extend scripts (EVALSHA, then EVAL when
-// Redis lost its script cache).
-func (c *lockConn) Eval(script *redsyncredis.Script, keysAndArgs ...any) (any, error) {
-	keys := make([]string, script.KeyCount)
-	for i := range keys {
-		keys[i] = keysAndArgs[i].(string)
+// Redis lost its script cache). The release that follows a refused SetNX
+// for the same value is answered without a round trip: 0, not deleted (the
+// lock holds another value).
+func (c *redsyncConn) Eval(script *redsyncredis.Script, keysAndArgs ...any) (any, error) {
+	if script.Hash == redsyncDeleteHash && c.refused != "" && len(keysAndArgs) == 2 && keysAndArgs[1] == c.refused {
+		c.refused = ""
+		return int64(0), nil
 	}
-	args := keysAndArgs[script.KeyCount:]
-	v, err := c.p.client.EvalSha(c.ctx, script.Hash, keys, args...).Result()
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
-		v, err = c.p.client.Eval(c.ctx, script.Src, keys, args...).Result()
-	}
+	c.refused = ""
+	args := make([]any, 0, 3+len(keysAndArgs))
+	args = append(args, "evalsha", script.Hash, script.KeyCount)
+	args = append(args, keysAndArgs...)
+	v, err := c.lk.evalSha(c.ctx, script.Src, args...)
 	return v, noErrNil(err)
 }
 
-func (c *lockConn) ScriptLoad(script *redsyncredis.Script) error {
-	h, err := c.p.client.ScriptLoad(c.ctx, script.Src).Result()
+func (c *redsyncConn) ScriptLoad(script *redsyncredis.Script) error {
+	h, err := c.lk.client.ScriptLoad(c.ctx, script.Src).Result()
 	if err == nil {
 		script.Hash = h
 	}
 	return err
 }
 
-func (c *lockConn) PTTL(name string) (time.Duration, error) {
-	return c.p.client.PTTL(c.ctx, name).Result()
+func (c *redsyncConn) PTTL(name string) (time.Duration, error) {
+	return c.lk.client.PTTL(c.ctx, name).Result()
 }
 
-func (c *lockConn) Close() error { return nil }
+func (c *redsyncConn) Close() error { return nil }
 
 func noErrNil(err error) error {
 	if errors.Is(err, redis.Nil) {
 		return nil
 	}
 	return err
-}
-
-// redsyncBackend is a Lease's backend on Redis: the redsync mutex that took
-// the lock. Only the Lease's renewer goroutine calls it, and Release after
-// the renewer has exited; redsync's Mutex is not safe for concurrent use.
-type redsyncBackend struct {
-	m        *redsync.Mutex
-	tenantID string
 }
 
 func (b *redsyncBackend) extend(ctx context.Context) (time.Time, error) {
