@@ -435,6 +435,11 @@ func (c *Coordinator) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("facade: shutdown grace period over; interrupting running stages: %w", ctx.Err())
 		c.cancelHardStop()
+		c.mu.Lock()
+		for _, r := range c.tasks {
+			r.stopRun()
+		}
+		c.mu.Unlock()
 		<-done
 	}
 	c.cancelHardStop()

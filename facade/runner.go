@@ -43,9 +43,13 @@ type taskRun struct {
 	// manual retry or resume).
 	pr *planRun
 
+	// runCtx lives as long as the run; stopRun cancels it when the
+	// instance stops hard (shutdown past its grace period).
+	runCtx  context.Context
+	stopRun context.CancelFunc
 	// lease is the tenant lease held now; it is replaced when a lapsed lease
-	// is re-acquired (same value and fence). ctx is cancelled when that lease
-	// is lost or the instance stops hard; stopBeat stops its heartbeat.
+	// is re-acquired (same value and fence). ctx (a child of runCtx) is
+	// cancelled when that lease is lost; stopBeat stops its heartbeat.
 	lease    *tenantlock.Lease
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
@@ -60,6 +64,10 @@ type taskRun struct {
 
 func (c *Coordinator) newRun(t *task.Task, p *plan.Plan, stages []stage.Runnable, ck checkpoint.Checkpoint, lease *tenantlock.Lease, pr *planRun) *taskRun {
 	r := &taskRun{c: c, t: t, p: p, stages: stages, ckpt: ck, pr: pr}
+	// Not a child of the coordinator's hard-stop context: thousands of runs
+	// registering with one parent contend on its lock. Shutdown cancels
+	// each run's context itself.
+	r.runCtx, r.stopRun = context.WithCancel(context.Background())
 	r.log = c.log.With().Str("component", "runner").Str("plan_id", t.PlanID).Str("task_id", t.ID).
 		Str("tenant_id", t.TenantID).Int("attempt", t.Attempt).Int64("fence", lease.Fence()).Logger()
 	r.hold(lease)
@@ -75,7 +83,7 @@ func (r *taskRun) hold(lease *tenantlock.Lease) {
 		r.cancel(nil)
 	}
 	r.lease = lease
-	r.ctx, r.cancel = context.WithCancelCause(r.c.hardStop)
+	r.ctx, r.cancel = context.WithCancelCause(r.runCtx)
 	r.stopBeat = r.heartbeat(lease, r.cancel)
 }
 
@@ -592,6 +600,7 @@ func (r *taskRun) finish() {
 		r.lease.Forget()
 	}
 	r.cancel(nil)
+	r.stopRun()
 	r.c.mu.Lock()
 	delete(r.c.tasks, r.t.ID)
 	r.c.mu.Unlock()
@@ -604,16 +613,49 @@ func (r *taskRun) finish() {
 // heartbeat refreshes the task's heartbeat every lease/3 while it holds
 // lease, and cancels the run's stage (cancel) the moment the lease is lost:
 // the instance cannot promise it is the only one deploying the tenant after
-// its lease ends. The beat itself runs apart from the watch, so a slow or
-// hung Redis never delays the cancel.
+// its lease ends. It starts no goroutine: the lease's own renewer cancels
+// the lease's context, and timers beat and watch the deadline (a task
+// shorter than lease/3 never fires either).
 func (r *taskRun) heartbeat(lease *tenantlock.Lease, cancel context.CancelCauseFunc) (stop func()) {
-	done := make(chan struct{})
-	exited := make(chan struct{})
 	tenantID, taskID, g := r.t.TenantID, r.t.ID, guardOf(lease)
 	every := max(r.c.cfg.Lease/3, 10*time.Millisecond)
-	beating := make(chan struct{}, 1) // at most one beat in flight
-	beat := func() {
-		defer func() { <-beating }()
+	// Cut the stage a guard time before the lease would end unconfirmed,
+	// not at its last moment: the cancel takes time to reach a stage's
+	// in-flight call, and another instance may take the tenant as soon as
+	// the lock key expires in Redis.
+	leaseLen := lease.Deadline().Sub(lease.Confirmed())
+	if leaseLen <= 0 {
+		leaseLen = r.c.cfg.Lease
+	}
+	guard := min(max(leaseLen/10, 50*time.Millisecond), 5*time.Second)
+
+	lctx, stopLease := lease.Context(context.Background())
+	stopLost := context.AfterFunc(lctx, func() {
+		if cause := context.Cause(lctx); errors.Is(cause, tenantlock.ErrLeaseLost) {
+			cancel(fmt.Errorf("%w: %w", errInterrupted, cause))
+		}
+	})
+
+	var mu sync.Mutex
+	stopped := false
+	var watch, beatTimer *time.Timer
+	var checkDeadline func()
+	checkDeadline = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		left := time.Until(lease.Deadline()) - guard
+		if left <= 0 {
+			cancel(fmt.Errorf("%w: lease about to end unconfirmed (renewals are failing)", errInterrupted))
+			return
+		}
+		// Renewals move the deadline: look again when the old one is near.
+		watch = time.AfterFunc(left, checkDeadline)
+	}
+	var beat func()
+	beat = func() {
 		// Bounded by the lease left: a beat answered after the lease ended
 		// says nothing anyway.
 		ctx, cancelBeat := context.WithDeadline(context.Background(), lease.Deadline())
@@ -631,46 +673,31 @@ func (r *taskRun) heartbeat(lease *tenantlock.Lease, cancel context.CancelCauseF
 		case err != nil:
 			r.log.Warn().Err(err).Msg("heartbeat failed")
 		}
-	}
-	// Cut the stage a guard time before the lease would end unconfirmed,
-	// not at its last moment: the cancel takes time to reach a stage's
-	// in-flight call, and another instance may take the tenant as soon as
-	// the lock key expires in Redis.
-	leaseLen := lease.Deadline().Sub(lease.Confirmed())
-	if leaseLen <= 0 {
-		leaseLen = r.c.cfg.Lease
-	}
-	guard := min(max(leaseLen/10, 50*time.Millisecond), 5*time.Second)
-	go func() {
-		defer close(exited)
-		tick := time.NewTicker(every)
-		defer tick.Stop()
-		check := time.NewTicker(guard / 2)
-		defer check.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-lease.Lost():
-				cancel(fmt.Errorf("%w: %w", errInterrupted, lease.Err()))
-				return
-			case <-check.C:
-				if time.Until(lease.Deadline()) < guard {
-					cancel(fmt.Errorf("%w: lease about to end unconfirmed (renewals are failing)", errInterrupted))
-					return
-				}
-			case <-tick.C:
-				select {
-				case beating <- struct{}{}:
-					go beat()
-				default: // the last beat is still in flight
-				}
-			}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			beatTimer = time.AfterFunc(every, beat)
 		}
-	}()
+	}
+	checkDeadline()
+	mu.Lock()
+	beatTimer = time.AfterFunc(every, beat)
+	mu.Unlock()
 	var once sync.Once
 	return func() {
-		once.Do(func() { close(done); <-exited })
+		once.Do(func() {
+			mu.Lock()
+			stopped = true
+			if watch != nil {
+				watch.Stop()
+			}
+			if beatTimer != nil {
+				beatTimer.Stop()
+			}
+			mu.Unlock()
+			stopLost()
+			stopLease()
+		})
 	}
 }
 
