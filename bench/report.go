@@ -163,9 +163,10 @@ func (r *report) tables() []table {
 		trans := float64(x.tasks * (x.stages - 1))
 		t.rows = append(t.rows,
 			row{"per task start: lock acquire (acquire_lock.lua)", perOp(float64(x.single[rtLockAcquire]) / n1), "—", ""},
-			row{"per task start: PENDING→RUNNING write (write_task + move_plan_counts, pipelined)", perOp(float64(x.single[rtTaskStart]) / n1), "1", verdict(x.single[rtTaskStart] == x.single[rtLockAcquire])},
-			row{"per stage transition (checkpoint + record + timeline)", perOp(float64(x.multi[rtStage]) / trans), "1", verdict(float64(x.multi[rtStage]) == trans)},
-			row{"per task finish (final write, lock released in the same script)", perOp(float64(x.single[rtTaskFinish]) / n1), "1", verdict(float64(x.single[rtTaskFinish]) == n1)},
+			row{"per task start: PENDING→RUNNING write (write_task + move_plan_counts, pipelined)", perOp(x.singleW[rtTaskStart] / n1), "≤ 1", verdict(x.singleW[rtTaskStart] <= n1+0.001)},
+			row{"per stage transition (checkpoint + record + timeline)", perOp(x.multiW[rtStage] / trans), "≤ 1", verdict(x.multiW[rtStage] <= trans+0.001)},
+			row{"per task finish (final write, lock released in the same script)", perOp(x.singleW[rtTaskFinish] / n1), "≤ 1", verdict(x.singleW[rtTaskFinish] <= n1+0.001)},
+			row{"  (concurrent writes share a pipeline: each waits for one round trip, a round trip of k writes counts 1/k for each)", "", "", ""},
 			row{"per lock release / extend / heartbeat (separate round trips)", fmt.Sprintf("%d / %d / %d", x.single[rtLockRelease]+x.multi[rtLockRelease], x.single[rtLockExtend]+x.multi[rtLockExtend], x.single[rtHeartbeat]+x.multi[rtHeartbeat]), "0", verdict(x.single[rtLockRelease]+x.multi[rtLockRelease] == 0)},
 			row{"all round trips per task, plan × 1 stage (create + run)", perOp(float64(sum(x.single)) / n1), "", ""},
 			row{fmt.Sprintf("all round trips per task, plan × %d stages", x.stages), perOp(float64(sum(x.multi)) / nS), "", ""},

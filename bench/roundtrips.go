@@ -50,10 +50,14 @@ type rttCounter struct {
 	mu     sync.Mutex
 	kinds  map[string]int64
 	tkinds map[string]int64
+	// shares are the round trips of task writes split among the writes
+	// they carried (the store sends concurrent writes in one pipeline): a
+	// round trip with k writes adds 1/k to the kind of each.
+	shares map[string]float64
 }
 
 func newRTTCounter() *rttCounter {
-	return &rttCounter{kinds: map[string]int64{}, tkinds: map[string]int64{}}
+	return &rttCounter{kinds: map[string]int64{}, tkinds: map[string]int64{}, shares: map[string]float64{}}
 }
 
 // tag is the context key of Tagged.
@@ -101,10 +105,14 @@ func (c *rttCounter) count(ctx context.Context, cmds []redis.Cmder) {
 	if kind == "" {
 		return // handshake only
 	}
+	writes := writeKinds(cmds)
 	tagged := ctx.Value(tag{}) == c
 	c.mu.Lock()
 	c.total.Add(1)
 	c.kinds[kind]++
+	for _, w := range writes {
+		c.shares[w] += 1 / float64(len(writes))
+	}
 	if tagged {
 		c.tagged.Add(1)
 		c.tkinds[kind]++
@@ -122,9 +130,28 @@ func (c *rttCounter) Snapshot() map[string]int64 {
 	return maps.Clone(c.kinds)
 }
 
+// Shares returns the round trips of task writes counted so far, split among
+// the writes they carried, by kind of write.
+func (c *rttCounter) Shares() map[string]float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.shares)
+}
+
 // diff returns b - a by kind.
 func diff(a, b map[string]int64) map[string]int64 {
 	out := map[string]int64{}
+	for k, v := range b {
+		if d := v - a[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// diffShares returns b - a by kind.
+func diffShares(a, b map[string]float64) map[string]float64 {
+	out := map[string]float64{}
 	for k, v := range b {
 		if d := v - a[k]; d != 0 {
 			out[k] = d
@@ -193,6 +220,10 @@ func argStr(v any) string {
 	switch x := v.(type) {
 	case string:
 		return x
+	case *string: // the store passes some arguments by pointer
+		return *x
+	case *int64:
+		return strconv.FormatInt(*x, 10)
 	case fmt.Stringer:
 		return x.String()
 	}
@@ -220,8 +251,8 @@ func scriptKind(sc scriptCall) string {
 	switch {
 	case len(k) == 6 && has(0, "task:{") && has(1, "ckpt:{"):
 		return scWriteTask
-	case len(k) == 3 && strings.HasSuffix(k[0], ":counts") && n == 10:
-		return scMoveCounts
+	case len(k) == 3 && strings.HasSuffix(k[0], ":counts") && n >= 10 && (n-10)%7 == 0:
+		return scMoveCounts // one move (10 arguments) or several (7 more each)
 	case len(k) == 2 && has(0, "lock:tenant:{") && has(1, "fence:tenant:{") && n == 3:
 		return scAcquire
 	case len(k) == 1 && has(0, "lock:tenant:{") && n == 1:
@@ -236,6 +267,36 @@ func scriptKind(sc scriptCall) string {
 		return scCreate // push_plan_tasks.lua (list_plan_tasks.lua has 4 arguments)
 	}
 	return scOther
+}
+
+// writeKinds returns the kind of each task write (write_task.lua) a round
+// trip carries: a finish when it writes a final status, a start when it
+// expects seq 0 (the benchmark's tasks are new), a stage transition
+// otherwise.
+func writeKinds(cmds []redis.Cmder) []string {
+	var out []string
+	for _, cmd := range cmds {
+		sc, ok := asScript(cmd)
+		if !ok || scriptKind(sc) != scWriteTask || len(sc.argv) < 10 {
+			continue
+		}
+		status := ""
+		for i := 10; i+1 < len(sc.argv); i += 2 {
+			if argStr(sc.argv[i]) == "status" {
+				status = argStr(sc.argv[i+1])
+				break
+			}
+		}
+		switch {
+		case status == "COMPLETED" || status == "FAILED" || status == "CANCELLED":
+			out = append(out, rtTaskFinish)
+		case argStr(sc.argv[2]) == "0":
+			out = append(out, rtTaskStart)
+		default:
+			out = append(out, rtStage)
+		}
+	}
+	return out
 }
 
 // classify names what a round trip does ("" for a handshake).
@@ -318,6 +379,9 @@ type rttResult struct {
 	// single and multi are the round trips by kind of a plan of tasks × 1
 	// stage and of tasks × stages stages, create + run.
 	single, multi map[string]int64
+	// singleW and multiW are the write round trips of the two runs split
+	// among the writes they carried (rttCounter.Shares).
+	singleW, multiW map[string]float64
 	// create is the round trips of creating a plan of tasks tenants,
 	// createKinds the same by kind.
 	create      int64
@@ -352,12 +416,16 @@ func (e *env) measureRoundTrips(ctx context.Context, tasks, stages int) (rttResu
 	}
 
 	// Count from CreatePlan until idle; the checks afterwards are not counted.
-	before := counter.Snapshot()
-	if _, err := runOn(ctx, in, 0, tasks, 1, e.cfg.Concurrency, func() { res.single = diff(before, counter.Snapshot()) }); err != nil {
+	before, beforeW := counter.Snapshot(), counter.Shares()
+	if _, err := runOn(ctx, in, 0, tasks, 1, e.cfg.Concurrency, func() {
+		res.single, res.singleW = diff(before, counter.Snapshot()), diffShares(beforeW, counter.Shares())
+	}); err != nil {
 		return res, err
 	}
-	before = counter.Snapshot()
-	if _, err := runOn(ctx, in, tasks, tasks, stages, e.cfg.Concurrency, func() { res.multi = diff(before, counter.Snapshot()) }); err != nil {
+	before, beforeW = counter.Snapshot(), counter.Shares()
+	if _, err := runOn(ctx, in, tasks, tasks, stages, e.cfg.Concurrency, func() {
+		res.multi, res.multiW = diff(before, counter.Snapshot()), diffShares(beforeW, counter.Shares())
+	}); err != nil {
 		return res, err
 	}
 

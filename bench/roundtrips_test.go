@@ -73,3 +73,31 @@ func TestCountTaggedCountsOnlyTaggedRoundTrips(t *testing.T) {
 		t.Errorf("Total = %d, want 3 (handshakes not counted)", got)
 	}
 }
+
+func TestWriteSharesSplitBatchedRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const p = "bench-rtt-1a2b3c:"
+	write := func(expect int64, status string) redis.Cmder {
+		task := p + "task:{tenant-000001}:task-01J"
+		return redis.NewCmd(ctx, "evalsha", "sha", 6, task, p+"ckpt:{tenant-000001}:task-01J", task+":timeline",
+			p+"lock:tenant:{tenant-000001}", p+"index:tenant:{tenant-000001}", p+"index:tenant:{tenant-000001}:history",
+			"lockvalue", 7, &expect, "wid", "", "0", "0", 100, 604800000, 1, "status", &status)
+	}
+	// Several moves of one plan in one call: 10 arguments, then 7 a move.
+	moves := redis.NewCmd(ctx, "evalsha", "sha", 3, p+"plan:{plan-01J}:counts", p+"plan:{plan-01J}", p+"plan:{plan-01J}:tasks",
+		"task-01J", "RUNNING", 1, 7, "wid", "bench-1", "tenant-000001", "2026-11-22T00:00:00Z", 604800000, "threshold",
+		"task-02J", "COMPLETED", 2, 7, "wid", "bench-1", "tenant-000002")
+	c := newRTTCounter()
+	c.count(ctx, []redis.Cmder{write(0, "RUNNING"), write(3, "RUNNING"), write(1, "COMPLETED"), write(2, "RUNNING"), moves})
+	got := c.Shares()
+	want := map[string]float64{rtTaskStart: 0.25, rtStage: 0.5, rtTaskFinish: 0.25}
+	for k, v := range want {
+		if got[k] < v-1e-9 || got[k] > v+1e-9 {
+			t.Errorf("shares %v, want %v", got, want)
+		}
+	}
+	if k := c.Snapshot(); k[rtTaskStart] != 1 || c.Total() != 1 {
+		t.Errorf("kinds %v, total %d: want one round trip, a task start (the first move's status)", k, c.Total())
+	}
+}

@@ -91,7 +91,10 @@ func checkTenants(tenantIDs []string) ([]string, error) {
 // TenantBatchMax) and the checkpoints of those that have one. Tenants
 // without a task are absent from the maps. Two round trips whatever the
 // number of tenants: the index entries in one pipeline, then the records
-// and checkpoints in another. Returns an error wrapping task.ErrInvalid,
+// and checkpoints in another — one when the store remembers, for every
+// tenant, the task its index named at its last query (Config.TenantHints):
+// those records go in the first pipeline, and only the tenants whose index
+// moved on are read again. Returns an error wrapping task.ErrInvalid,
 // before anything is sent, for a bad id or too many.
 func (r *Redis) TasksByTenant(ctx context.Context, tenantIDs []string) (map[string]*task.Task, map[string]*checkpoint.Checkpoint, error) {
 	ids, err := checkTenants(tenantIDs)
@@ -104,44 +107,57 @@ func (r *Redis) TasksByTenant(ctx context.Context, tenantIDs []string) (map[stri
 	if len(ids) == 0 {
 		return tasks, ckpts, nil
 	}
-	pp := r.c.Pipeline()
-	gets := make([]*redis.StringCmd, len(ids))
-	for i, id := range ids {
-		gets[i] = pp.Get(ctx, r.keys.index(id))
-	}
-	if err := transportErr(pp.Exec(ctx)); err != nil {
-		return nil, nil, wrapErr(ctx, op, err)
-	}
 	type found struct {
 		tenant string
 		k      taskKeys
 		h      *redis.MapStringStringCmd
 		c      *redis.StringCmd
 	}
-	var fs []found
+	pp := r.c.Pipeline()
+	gets := make([]*redis.StringCmd, len(ids))
+	hinted := make([]*found, len(ids))
+	for i, id := range ids {
+		gets[i] = pp.Get(ctx, r.keys.index(id))
+		if hint := r.hints.get(id); hint != "" {
+			k, _ := r.keys.taskKeys(id, hint)
+			hinted[i] = &found{tenant: id, k: k, h: pp.HGetAll(ctx, k.task), c: pp.Get(ctx, k.ckpt)}
+		}
+	}
+	if err := transportErr(pp.Exec(ctx)); err != nil {
+		return nil, nil, wrapErr(ctx, op, err)
+	}
+	fs := make([]*found, 0, len(ids))
+	var again []*found
 	for i, g := range gets {
 		switch err := g.Err(); {
 		case errors.Is(err, redis.Nil):
+			r.hints.forget(ids[i])
 			continue
 		case err != nil:
 			return nil, nil, wrapErr(ctx, op, err)
+		}
+		if f := hinted[i]; f != nil && f.k.id == g.Val() {
+			fs = append(fs, f)
+			continue
 		}
 		k, err := r.keys.taskKeys(ids[i], g.Val())
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %s holds %s, not a task id", ErrCorrupt, r.keys.index(ids[i]), task.Quote(g.Val()))
 		}
-		fs = append(fs, found{tenant: ids[i], k: k})
+		r.hints.put(ids[i], k.id)
+		f := &found{tenant: ids[i], k: k}
+		fs = append(fs, f)
+		again = append(again, f)
 	}
-	if len(fs) == 0 {
-		return tasks, ckpts, nil
-	}
-	pp = r.c.Pipeline()
-	for i := range fs {
-		fs[i].h = pp.HGetAll(ctx, fs[i].k.task)
-		fs[i].c = pp.Get(ctx, fs[i].k.ckpt)
-	}
-	if err := transportErr(pp.Exec(ctx)); err != nil {
-		return nil, nil, wrapErr(ctx, op, err)
+	if len(again) > 0 {
+		pp = r.c.Pipeline()
+		for _, f := range again {
+			f.h = pp.HGetAll(ctx, f.k.task)
+			f.c = pp.Get(ctx, f.k.ckpt)
+		}
+		if err := transportErr(pp.Exec(ctx)); err != nil {
+			return nil, nil, wrapErr(ctx, op, err)
+		}
 	}
 	for _, f := range fs {
 		if err := f.h.Err(); err != nil {
@@ -161,7 +177,7 @@ func (r *Redis) TasksByTenant(ctx context.Context, tenantIDs []string) (map[stri
 		case err != nil:
 			return nil, nil, wrapErr(ctx, op, err)
 		}
-		cp, err := checkpoint.Unmarshal([]byte(f.c.Val()))
+		cp, err := unmarshalCheckpoint([]byte(f.c.Val()))
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, f.k.ckpt, err)
 		}
@@ -210,7 +226,7 @@ func (m *Memory) TasksByTenant(_ context.Context, tenantIDs []string) (map[strin
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, id := range ids {
-		mt := m.tasks[m.index[id]]
+		mt := m.byTenantLocked(id)
 		if mt == nil {
 			continue
 		}

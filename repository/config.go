@@ -30,7 +30,8 @@ type Config struct {
 	// match ^[A-Za-z0-9._:-]{0,64}$.
 	Prefix string
 	// TTL is the lifetime of every key except the plans index, the fencing
-	// counters and the locks (default TTLDefault, 7 days). Writes refresh it.
+	// counters and the locks (default TTLDefault, 7 days). Writes refresh it
+	// once a key has lost more than min(TTL/100, 30s) of it (see doc.go).
 	TTL time.Duration
 	// TimelineMax is how many entries a task's timeline keeps (default
 	// task.MaxTimeline).
@@ -47,6 +48,18 @@ type Config struct {
 	// pruning of the plans and instances indexes, feed events without a
 	// time); default time.Now.
 	Clock func() time.Time
+	// NoWriteBatching sends every WriteTask in a pipeline of its own from
+	// the calling goroutine. By default, writes made while another is in
+	// flight share the next pipeline (group commit, see groupcommit.go).
+	NoWriteBatching bool
+	// WriteBatchMax is the most task writes one shared pipeline carries
+	// (default WriteBatchMaxDefault).
+	WriteBatchMax int
+	// TenantHints is how many tenants' current task ids TaskByTenant and
+	// TasksByTenant remember, to read the record in the same round trip as
+	// the index (default TenantHintsDefault, about 100 bytes each, filled by
+	// queries only; negative: none, every query takes two round trips).
+	TenantHints int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -55,6 +68,8 @@ func (c Config) withDefaults() (Config, error) {
 	c.TimelineMax = cmp.Or(c.TimelineMax, task.MaxTimeline)
 	c.Batch = cmp.Or(c.Batch, BatchDefault)
 	c.EventsMax = cmp.Or(c.EventsMax, EventsMaxDefault)
+	c.WriteBatchMax = cmp.Or(c.WriteBatchMax, WriteBatchMaxDefault)
+	c.TenantHints = cmp.Or(c.TenantHints, TenantHintsDefault)
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -67,6 +82,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: Batch %d must be positive", ErrConfig, c.Batch)
 	case c.EventsMax < 1:
 		return c, fmt.Errorf("%w: EventsMax %d must be positive", ErrConfig, c.EventsMax)
+	case c.WriteBatchMax < 1:
+		return c, fmt.Errorf("%w: WriteBatchMax %d must be positive", ErrConfig, c.WriteBatchMax)
 	}
 	return c, nil
 }

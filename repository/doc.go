@@ -35,8 +35,17 @@
 //	                                               startedAt, lastSeen, tasksRunning,      ttl
 //	                                               singleInstance)
 //
-// Writes refresh the TTL of what they touch (a task write: record, timeline,
-// checkpoint, index, history, and the taskref when the counts move).
+// TTLs are set when a key is created and given again by the writes that
+// touch it once it has lost more than min(TTL/100, 30 s) of it: a task write
+// checks the record's PTTL and, past the margin, refreshes the record,
+// timeline, checkpoint, index and history together (they were set together);
+// a counts move does the same for the plan's three keys with the counts
+// hash's PTTL; the taskref is refreshed with the counts moves of a task
+// created longer ago than the margin. A checkpoint is always SET with the
+// TTL and a timeline a write creates gets it. So a key expires between
+// TTL - 30 s and TTL after the last write that touched it — one PTTL per
+// write instead of five PEXPIREs (a running task's keys have days left).
+// UpdatePlan, CreatePlan and the other writes set the TTL of what they write.
 //
 // # Scripts
 //
@@ -59,11 +68,16 @@
 //     does not hold it, when the stored fence is above the writer's, or when
 //     the stored seq is not the expected one — in that order — and replies
 //     with the stored status, seq, fence and owner (the *task.RefusedError).
-//     Otherwise it writes every field (seq+1, fence = the writer's), the
-//     checkpoint, the timeline (bounded), the TTLs, clears the requests if
-//     asked, deletes the lock if asked (its value matched) and replies with
-//     the seq and the stored pause/cancel requests. A write id stored on the
-//     record makes a client-retried write succeed again without writing.
+//     Otherwise it writes the mutable fields (seq+1, fence = the writer's),
+//     the checkpoint, the timeline (bounded: one RPUSH, an LTRIM only past
+//     the bound), the TTLs when due, clears the requests if asked, deletes
+//     the lock if asked (its value matched) and replies with the seq and the
+//     stored pause/cancel requests. A write id stored on the record makes a
+//     client-retried write succeed again without writing. The fields written
+//     at creation and normally never changed (plan id, params, total stages,
+//     creation time) are sent as a digest only; a write whose task changed
+//     one of them is answered "send them" before anything is written, and
+//     the store sends it again with them (one more round trip, record.go).
 //  2. move_plan_counts.lua, in the plan's slot, only when the write moves
 //     the counts: when the status changes (Write.PrevStatus != Task.Status),
 //     and on a takeover or re-run of a RUNNING task — PrevStatus and status
@@ -78,7 +92,10 @@
 //     entry and derives the plan's status with the rule of plan.Derive, the
 //     task's move being the entry's status → the new status (written to the
 //     plan hash when it changes; returned as task.WriteResult.PlanStatus).
-//     An update that does not apply moves and derives nothing.
+//     An update that does not apply moves and derives nothing. A move to an
+//     active status whose counter is then at least 1 (every task start)
+//     skips the derivation: under plan.Derive's rule it cannot change the
+//     plan's status unless it re-runs a task of a finished plan (derived).
 //
 // Why the counts cannot drift from the records: every committed write has a
 // larger seq than the one before it (compare-and-set), so its update beats
@@ -112,15 +129,32 @@
 // derives with the corrected (refused) status → the stored one as the move;
 // RepairCounts derives with no move.
 //
+// # Group commit
+//
+// Task writes made while another pipeline of task writes is in flight wait
+// and go together in the next one (up to Config.WriteBatchMax writes; no
+// timer: a write that finds none in flight is sent at once), and the counts
+// moves of one plan in such a pipeline go in one call of
+// move_plan_counts.lua, applied in order as if each had its own call. Each
+// write still waits for exactly one exchange with Redis: a batch of k writes
+// is one round trip for all k. A caller whose context ends while it waits is
+// answered at once with the context's error (its write is dropped if not
+// sent yet; if sent, it may land — as after a timeout). Config.NoWriteBatching
+// sends every write in a pipeline of its own. See groupcommit.go.
+//
 // # Round trips
 //
-//	WriteTask, no status change          1   write_task.lua
+//	WriteTask, no status change          1   write_task.lua (shared with concurrent writes)
 //	WriteTask, status change or takeover 1   pipeline: write_task + move_plan_counts (+2 when a refused
-//	                                          write's counts update applied: read + correction)
+//	                                          write's counts update applied: read + correction; +1 when
+//	                                          the task's fixed fields changed)
 //	CreatePlan                           1 + ceil(tasks/Config.Batch)  (1 000 tasks at 500: 3)
 //	UpdatePlan, RequestTask, Beat        1
 //	Plan                                 1   HGETALL plan + HMGET counts, whatever the plan's size
-//	TaskByTenant, Task                   2   GET index|taskref, then HGETALL record + GET checkpoint
+//	TaskByTenant                         1-2 GET index + HGETALL record + GET checkpoint of the task the
+//	                                          index named at the tenant's last query (Config.TenantHints),
+//	                                          then, if the index moved on (or no hint), those of its task
+//	Task                                 2   GET taskref, then HGETALL record + GET checkpoint
 //	TenantHistory                        2   ZREVRANGE, then pipelined HGETALLs
 //	Timeline                             1   EXISTS + LRANGE
 //	PlanTasks (a page)                   2   list_plan_tasks.lua (ids and tenants from the ledger,
@@ -129,7 +163,8 @@
 //	                                          candidates with a status filter, up to ScanMax)
 //	RepairCounts                         2 + ceil(tasks/Batch)  (list + ledger, record batches, script;
 //	                                          +1 a batch for tasks whose ledger lost the tenant)
-//	TasksByTenant (≤ 1 000 tenants)      2   pipelined GET index, then pipelined HGETALL + GET checkpoint
+//	TasksByTenant (≤ 1 000 tenants)      1-2 pipelined GET index (+ HGETALL + GET of the hinted tasks),
+//	                                          then pipelined HGETALL + GET checkpoint of the others
 //	RunningByOwner                       1   HMGET RUNNING@<owner>…, O(owners)
 //	RegisterInstance, DeregisterInstance 1   pipeline (HSET + PEXPIRE + ZADD + prune; DEL + ZADD XX)
 //	Instances                            2   ZREVRANGE, then pipelined HGETALLs
@@ -190,10 +225,16 @@
 //
 // Memory applies the same checks (the lock through MemoryConfig.LockValue),
 // counts, plan.Derive and paging in process memory, with deep copies in and
-// out; its feed is a ring of exactly MemoryConfig.EventsMax entries. Dual
-// writes to Redis first — the scripts decide — and mirrors accepted writes
-// into a Memory with DropFinished, which keeps only unfinished tasks and
-// plans. It reads Redis and falls back to memory only when Redis is
+// out (a walk for plain JSON values, encoding/json for the rest); its feed
+// is a ring of exactly MemoryConfig.EventsMax entries. It keeps a new plan's
+// tasks compact (memfresh.go: one template record for the plan and, per
+// task, what differs from it) until each is first written; its maps are
+// reallocated once they fall far below their peak, so a finished plan of
+// 100 000 tasks leaves nothing behind. Timelines and checkpoints are kept
+// as their JSON. Dual writes to Redis first — the scripts decide — and
+// mirrors accepted writes into a Memory with DropFinished, which keeps only
+// unfinished tasks and plans; a write's checkpoint and events are encoded
+// once for both. It reads Redis and falls back to memory only when Redis is
 // unreachable, reporting Degraded until a Redis call succeeds again. The
 // event feed is Redis' only (unavailable when Redis is).
 //

@@ -609,11 +609,16 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 	if ok, err := d.behind("write task "+w.Task.ID, apply); ok {
 		return memRes, err
 	}
-	res, err := d.r.writeTask(ctx, w, writeID)
+	// Encoded once, for Redis and for the mirror.
+	tw, err := encodeTaskWrite(w)
+	if err != nil {
+		return task.WriteResult{}, err
+	}
+	res, err := d.r.writeEncoded(ctx, tw, writeID)
 	d.observe(err)
 	if res.Seq > 0 {
 		// Also when the counts update failed after the record was written.
-		d.mem.mirrorWrite(w, res)
+		d.mem.mirrorWrite(w, tw.ckpt, tw.events, res)
 		return res, err
 	}
 	var re *task.RefusedError
@@ -624,7 +629,7 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 		}
 		return memRes, nil
 	case IsUnavailable(err):
-		d.mem.mirrorPendingWrite(w)
+		d.mem.mirrorPendingWrite(w, tw.ckpt, tw.events)
 	case errors.As(err, &re):
 		// A retry refused because its first attempt landed after all: the
 		// record holds this writer's next seq, fence and owner.

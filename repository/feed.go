@@ -70,31 +70,45 @@ func parseFeedID(s string) (feedID, bool) {
 // against their allowlists (they reach log lines and clients), data that
 // encodes as JSON.
 func checkFeedEvent(i int, ev task.FeedEvent) (string, error) {
-	op := fmt.Sprintf("publish events: event %d", i)
-	if !feedTypeRe.MatchString(ev.Type) {
-		return "", fmt.Errorf("%w: %s: type %s must match %s", task.ErrInvalid, op, task.Quote(ev.Type), feedTypeRe)
+	op := func() string { return fmt.Sprintf("publish events: event %d", i) }
+	if !validFeedType(ev.Type) {
+		return "", fmt.Errorf("%w: %s: type %s must match %s", task.ErrInvalid, op(), task.Quote(ev.Type), feedTypeRe)
 	}
 	if ev.PlanID != "" && !plan.ValidID(ev.PlanID) {
-		return "", fmt.Errorf("%w: %s: plan id %s", task.ErrInvalid, op, task.Quote(ev.PlanID))
+		return "", fmt.Errorf("%w: %s: plan id %s", task.ErrInvalid, op(), task.Quote(ev.PlanID))
 	}
 	if ev.TaskID != "" {
 		if err := checkTaskID(ev.TaskID); err != nil {
-			return "", fmt.Errorf("%s: %w", op, err)
+			return "", fmt.Errorf("%s: %w", op(), err)
 		}
 	}
 	if ev.TenantID != "" {
 		if err := task.CheckTenantID(ev.TenantID); err != nil {
-			return "", fmt.Errorf("%s: %w", op, err)
+			return "", fmt.Errorf("%s: %w", op(), err)
 		}
 	}
 	if ev.Data == nil {
 		return "", nil
 	}
-	b, err := json.Marshal(ev.Data)
+	b, err := appendJSONValue(nil, ev.Data)
 	if err != nil {
-		return "", fmt.Errorf("%w: %s: data: %v", task.ErrInvalid, op, err)
+		return "", fmt.Errorf("%w: %s: data: %v", task.ErrInvalid, op(), err)
 	}
 	return string(b), nil
+}
+
+// validFeedType reports whether s matches feedTypeRe,
+// ^[a-z][a-z0-9_.-]{0,63}$ (a byte loop: it runs for every event).
+func validFeedType(s string) bool {
+	if len(s) == 0 || len(s) > 64 || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // feedFilter is a validated task.FeedFilter.
@@ -137,7 +151,7 @@ func checkFeedFilter(f task.FeedFilter) (feedFilter, error) {
 			return feedFilter{}, fmt.Errorf("%s: %w", op, err)
 		}
 	}
-	if f.Type != "" && !feedTypeRe.MatchString(f.Type) {
+	if f.Type != "" && !validFeedType(f.Type) {
 		return feedFilter{}, fmt.Errorf("%w: %s: type %s", task.ErrInvalid, op, task.Quote(f.Type))
 	}
 	out := feedFilter{FeedFilter: f, limit: f.Limit}
@@ -178,7 +192,10 @@ func (r *Redis) PublishEvents(ctx context.Context, evs []task.FeedEvent) error {
 	if len(evs) == 0 {
 		return nil
 	}
-	values := make([][]string, len(evs))
+	// The entries' values, pointed to by the commands' arguments (no
+	// allocation per argument).
+	type entry struct{ at, data string }
+	entries := make([]entry, len(evs))
 	now := r.now()
 	for i, ev := range evs {
 		data, err := checkFeedEvent(i, ev)
@@ -189,13 +206,15 @@ func (r *Redis) PublishEvents(ctx context.Context, evs []task.FeedEvent) error {
 		if at.IsZero() {
 			at = now
 		}
-		values[i] = []string{evType, ev.Type, evAt, formatTime(at), evPlanID, ev.PlanID,
-			evTaskID, ev.TaskID, evTenantID, ev.TenantID, evData, data}
+		entries[i] = entry{at: formatTime(at), data: data}
 	}
 	key := r.keys.Events()
+	maxLen := int64(r.cfg.EventsMax)
 	pp := r.c.Pipeline()
-	for _, v := range values {
-		pp.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: int64(r.cfg.EventsMax), Approx: true, Values: v})
+	for i := range evs {
+		ev, e := &evs[i], &entries[i]
+		pp.Do(ctx, "xadd", key, "maxlen", "~", &maxLen, "*", evType, &ev.Type, evAt, &e.at,
+			evPlanID, &ev.PlanID, evTaskID, &ev.TaskID, evTenantID, &ev.TenantID, evData, &e.data)
 	}
 	return wrapErr(ctx, fmt.Sprintf("publish %d events", len(evs)), execAll(ctx, pp))
 }

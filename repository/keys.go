@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"unsafe"
 
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
@@ -203,8 +204,16 @@ func (k Keys) planKeys(planID string) (planKeys, error) {
 	if err := checkPlanID(planID); err != nil {
 		return planKeys{}, err
 	}
-	p := k.plan(planID)
-	return planKeys{plan: p, tasks: p + ":tasks", counts: p + ":counts"}, nil
+	// One allocation: "<plan>:tasks<plan>:counts", the keys are slices of it.
+	n := len(k.prefix) + len("plan:{}") + len(planID)
+	b := make([]byte, 0, 2*n+len(":tasks:counts"))
+	for _, suffix := range []string{":tasks", ":counts"} {
+		b = append(append(append(append(b, k.prefix...), "plan:{"...), planID...), '}')
+		b = append(b, suffix...)
+	}
+	s := unsafe.String(unsafe.SliceData(b), len(b))
+	tasksEnd := n + len(":tasks")
+	return planKeys{plan: s[:n], tasks: s[:tasksEnd], counts: s[tasksEnd:]}, nil
 }
 
 // taskKeys are the keys of one task in its tenant's slot, and its taskref.
@@ -218,15 +227,32 @@ func (k Keys) taskKeys(tenantID, taskID string) (taskKeys, error) {
 	if err := checkTenantTask(tenantID, taskID); err != nil {
 		return taskKeys{}, err
 	}
-	t := k.task(tenantID, taskID)
-	idx := k.index(tenantID)
-	return taskKeys{
-		id:   taskID,
-		task: t, timeline: t + ":timeline",
-		ckpt:    k.prefix + "ckpt:{" + tenantID + "}:" + taskID,
-		lock:    k.prefix + "lock:tenant:{" + tenantID + "}",
-		index:   idx,
-		history: idx + ":history",
-		ref:     k.prefix + "taskref:{" + taskID + "}",
-	}, nil
+	// One allocation holds every key; each is a slice of it:
+	// <task>:timeline <ckpt> <lock> <index>:history <ref>.
+	p := k.prefix
+	b := make([]byte, 0, 5*len(p)+3*len(tenantID)+3*len(taskID)+
+		len("task:{}::timeline")+len("ckpt:{}:")+len("lock:tenant:{}")+len("index:tenant:{}:history")+len("taskref:{}"))
+	var tk taskKeys
+	var cuts [6]int
+	b = append(append(append(append(append(b, p...), "task:{"...), tenantID...), "}:"...), taskID...)
+	cuts[0] = len(b)
+	b = append(b, ":timeline"...)
+	cuts[1] = len(b)
+	b = append(append(append(append(append(b, p...), "ckpt:{"...), tenantID...), "}:"...), taskID...)
+	cuts[2] = len(b)
+	b = append(append(append(append(b, p...), "lock:tenant:{"...), tenantID...), '}')
+	cuts[3] = len(b)
+	b = append(append(append(append(b, p...), "index:tenant:{"...), tenantID...), '}')
+	cuts[4] = len(b)
+	b = append(b, ":history"...)
+	cuts[5] = len(b)
+	b = append(append(append(append(b, p...), "taskref:{"...), taskID...), '}')
+	s := unsafe.String(unsafe.SliceData(b), len(b))
+	tk.id = taskID
+	tk.task, tk.timeline = s[:cuts[0]], s[:cuts[1]]
+	tk.ckpt = s[cuts[1]:cuts[2]]
+	tk.lock = s[cuts[2]:cuts[3]]
+	tk.index, tk.history = s[cuts[3]:cuts[4]], s[cuts[3]:cuts[5]]
+	tk.ref = s[cuts[5]:]
+	return tk, nil
 }

@@ -48,18 +48,26 @@ type MemoryConfig struct {
 // through MemoryConfig.LockValue), counts that move with the status and the
 // plan status derived by plan.Derive, the same paging. Values are deep-copied
 // in and out (params and timeline data as their JSON form, like Redis), so
-// callers cannot alias stored data. There are no TTLs. Safe for concurrent use.
+// callers cannot alias stored data; timelines and checkpoints are kept as
+// the JSON Redis stores. A new plan's tasks are kept compact until first
+// written (see memfresh.go), and the maps shrink when they empty. There are
+// no TTLs. Safe for concurrent use.
 type Memory struct {
 	cfg MemoryConfig
 	// scanMax bounds filtered listings (ScanMax; tests lower it).
 	scanMax int
 
-	mu        sync.Mutex
-	plans     map[string]*memPlan
+	mu    sync.Mutex
+	plans map[string]*memPlan
+	// tasks holds the tasks written (or otherwise touched) since their
+	// creation; fresh the never-written ones, by plan id.
 	tasks     map[string]*memTask
+	fresh     map[string]*freshSet
 	index     map[string]string           // tenant → newest task id
-	history   map[string]map[string]int64 // tenant → task id → creation ms
+	history   map[string]map[string]int64 // tenant → task id → creation ms (tasks only)
 	instances map[string]*memInstance
+	// Largest sizes of the maps since they were last reallocated.
+	peakTasks, peakIndex, peakHistory, peakPlans int
 
 	// feedMu guards feed, apart from mu: blocked readers poll it.
 	feedMu sync.Mutex
@@ -79,9 +87,11 @@ type memPlan struct {
 }
 
 type memTask struct {
-	t        *task.Task
-	ckpt     []byte
-	timeline []task.Event
+	t *task.Task
+	// ckpt is the checkpoint's JSON ("" for none); timeline holds the
+	// entries' JSON.
+	ckpt     string
+	timeline []string
 	// pending are the Dual store's writes and requests Redis has not
 	// confirmed (multi-instance outage), oldest first. Their timeline
 	// entries follow the confirmed ones; a pending write keeps the task in
@@ -99,7 +109,7 @@ type pendingOp struct {
 	write  bool
 	seq    int64
 	req    task.Request
-	events []task.Event
+	events []string
 }
 
 // held reports whether the task must stay in memory whatever its status.
@@ -108,7 +118,7 @@ func (mt *memTask) held() bool {
 }
 
 // events returns the timeline with the pending entries after the confirmed ones.
-func (mt *memTask) events() []task.Event {
+func (mt *memTask) events() []string {
 	if len(mt.pending) == 0 {
 		return mt.timeline
 	}
@@ -136,6 +146,7 @@ func NewMemory(cfg MemoryConfig) *Memory {
 		scanMax:   ScanMax,
 		plans:     map[string]*memPlan{},
 		tasks:     map[string]*memTask{},
+		fresh:     map[string]*freshSet{},
 		index:     map[string]string{},
 		history:   map[string]map[string]int64{},
 		instances: map[string]*memInstance{},
@@ -166,7 +177,7 @@ func utc(t time.Time) time.Time {
 func copyTaskIn(t *task.Task) (*task.Task, error) {
 	c := *t
 	if t.Params != nil {
-		p, err := normalize(t.Params)
+		p, err := copyParams(t.Params)
 		if err != nil {
 			return nil, fmt.Errorf("task %s: encode params: %w", t.ID, err)
 		}
@@ -180,7 +191,7 @@ func copyTaskIn(t *task.Task) (*task.Task, error) {
 func copyTaskOut(t *task.Task) *task.Task {
 	c := *t
 	if t.Params != nil {
-		c.Params, _ = normalize(t.Params)
+		c.Params, _ = copyParams(t.Params)
 	}
 	return &c
 }
@@ -245,28 +256,33 @@ func (m *Memory) createLocked(p *plan.Plan, tasks []*task.Task) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", plan.ErrInvalid, err)
 	}
-	copies := make([]*task.Task, len(tasks))
-	for i, t := range tasks {
-		if copies[i], err = copyTaskIn(t); err != nil {
-			return fmt.Errorf("%w: %v", task.ErrInvalid, err)
-		}
-		copies[i].Seq = 0
-	}
 	now := m.cfg.Clock()
-	mp := &memPlan{p: cp, taskIDs: make([]string, len(tasks)), counts: newCounts(), score: scoreOf(cp.CreatedAt, now)}
+	score := scoreOf(cp.CreatedAt, now)
+	fs, err := newFreshSet(p.ID, tasks, now.UnixMilli())
+	if err != nil {
+		return fmt.Errorf("%w: %v", task.ErrInvalid, err)
+	}
+	mp := &memPlan{p: cp, taskIDs: make([]string, len(tasks)), counts: newCounts(), score: score}
 	mp.counts[task.StatusPending] = len(tasks)
-	for i, t := range copies {
+	for i, t := range tasks {
 		mp.taskIDs[i] = t.ID
-		m.tasks[t.ID] = &memTask{t: t}
-		m.index[t.TenantID] = t.ID
-		h := m.history[t.TenantID]
-		if h == nil {
-			h = map[string]int64{}
-			m.history[t.TenantID] = h
+		if mt := m.tasks[t.ID]; mt != nil {
+			// A copy of the same task (a plan created again): replaced.
+			delete(m.tasks, t.ID)
+			if h := m.history[mt.t.TenantID]; h != nil {
+				delete(h, t.ID)
+			}
 		}
-		h[t.ID] = scoreOf(t.CreatedAt, now)
+		m.index[t.TenantID] = t.ID
+	}
+	m.noteSize(&m.peakIndex, len(m.index))
+	if len(tasks) > 0 {
+		m.fresh[p.ID] = fs
+	} else {
+		delete(m.fresh, p.ID)
 	}
 	m.plans[p.ID] = mp
+	m.noteSize(&m.peakPlans, len(m.plans))
 	return nil
 }
 
@@ -305,6 +321,7 @@ func (m *Memory) setPlanState(mp *memPlan, p *plan.Plan) {
 func (m *Memory) dropPlanIfFinished(mp *memPlan) {
 	if m.cfg.DropFinished && mp.p.Status.Finished() && !m.planHeld(mp) {
 		delete(m.plans, mp.p.ID)
+		m.shrinkLocked()
 	}
 }
 
@@ -398,12 +415,18 @@ func (m *Memory) PlanTasks(_ context.Context, planID string, f plan.TaskFilter) 
 		return nil, "", fmt.Errorf("list tasks of plan %s: %w", planID, plan.ErrNotFound)
 	}
 	var out []*task.Task
+	fs := m.fresh[planID]
 	i := int(min(pos, int64(len(mp.taskIDs))))
 	for examined := 0; i < len(mp.taskIDs) && examined < scan && len(out) < limit; i++ {
 		examined++
-		mt := m.tasks[mp.taskIDs[i]]
-		if mt != nil && keepTask(mt.t, want, f, now) {
-			out = append(out, copyTaskOut(mt.t))
+		var t *task.Task
+		if mt := m.tasks[mp.taskIDs[i]]; mt != nil {
+			t = mt.t
+		} else if fs != nil && i < len(fs.items) && !fs.items[i].gone && fs.items[i].id == mp.taskIDs[i] {
+			t = fs.record(i)
+		}
+		if t != nil && keepTask(t, want, f, now) {
+			out = append(out, copyTaskOut(t))
 		}
 	}
 	if i < len(mp.taskIDs) {
@@ -425,9 +448,12 @@ func (m *Memory) RepairCounts(_ context.Context, planID string) (plan.Counts, er
 		return nil, fmt.Errorf("repair counts of plan %s: %w", planID, plan.ErrNotFound)
 	}
 	counts := newCounts()
-	for _, id := range mp.taskIDs {
+	fs := m.fresh[planID]
+	for i, id := range mp.taskIDs {
 		if mt := m.tasks[id]; mt != nil {
 			counts[mt.t.Status]++
+		} else if fs != nil && i < len(fs.items) && !fs.items[i].gone && fs.items[i].id == id {
+			counts[fs.record(i).Status]++
 		}
 	}
 	mp.counts = counts
@@ -472,7 +498,7 @@ func (m *Memory) write(w task.Write, queued bool) (task.WriteResult, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	mt := m.tasks[nt.ID]
+	mt := m.taskLocked(nt.ID, nt.PlanID)
 	if mt == nil || mt.t.TenantID != nt.TenantID {
 		return task.WriteResult{}, &task.RefusedError{TaskID: nt.ID, Reason: task.RefusedMissing}
 	}
@@ -495,34 +521,44 @@ func (m *Memory) write(w task.Write, queued bool) (task.WriteResult, error) {
 	return res, nil
 }
 
-// encodeWrite returns the checkpoint (nil: keep; empty: delete) and the
-// events of w in their stored form.
-func encodeWrite(w task.Write) ([]byte, []task.Event, error) {
-	var ckpt []byte
+// encodeWrite returns the checkpoint ("" keeps it, "-" deletes it, else
+// its JSON) and the events of w in their stored (JSON) form.
+func encodeWrite(w task.Write) (string, []string, error) {
+	ckpt := ""
 	switch {
 	case w.DeleteCheckpoint:
-		ckpt = []byte{}
+		ckpt = "-"
 	case w.Checkpoint != nil:
-		b, err := w.Checkpoint.Marshal()
+		b, err := marshalCheckpoint(w.Checkpoint)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: write task %s: checkpoint: %v", task.ErrInvalid, w.Task.ID, err)
+			return "", nil, fmt.Errorf("%w: write task %s: checkpoint: %v", task.ErrInvalid, w.Task.ID, err)
 		}
 		ckpt = b
 	}
-	events := make([]task.Event, len(w.Events))
-	for i, ev := range w.Events {
-		e, err := normalize(ev)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: write task %s: event %s: %v", task.ErrInvalid, w.Task.ID, ev.Type, err)
-		}
-		events[i] = e
+	events, err := encodeEvents(w.Events)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: write task %s: %v", task.ErrInvalid, w.Task.ID, err)
 	}
 	return ckpt, events, nil
 }
 
+// encodeEvent returns ev's stored (JSON) form.
+func encodeEvent(ev task.Event) (string, error) {
+	b, err := appendEvent(nil, ev)
+	return string(b), err
+}
+
+// decodeEvent returns the event of a stored (JSON) form, as it comes back
+// from Redis.
+func decodeEvent(s string) task.Event {
+	var ev task.Event
+	_ = json.Unmarshal([]byte(s), &ev)
+	return ev
+}
+
 // applyLocked stores nt as the record of mt with seq, moving the plan's
 // counts from status old, and returns the write's result.
-func (m *Memory) applyLocked(mt *memTask, nt *task.Task, w task.Write, ckpt []byte, events []task.Event, seq int64, old task.Status) task.WriteResult {
+func (m *Memory) applyLocked(mt *memTask, nt *task.Task, w task.Write, ckpt string, events []string, seq int64, old task.Status) task.WriteResult {
 	nt.Seq = seq
 	nt.Fence = w.Guard.Fence
 	nt.PauseRequested, nt.CancelRequested = mt.t.PauseRequested, mt.t.CancelRequested
@@ -530,10 +566,10 @@ func (m *Memory) applyLocked(mt *memTask, nt *task.Task, w task.Write, ckpt []by
 		nt.PauseRequested, nt.CancelRequested = false, false
 	}
 	mt.t = nt
-	switch {
-	case ckpt == nil:
-	case len(ckpt) == 0:
-		mt.ckpt = nil
+	switch ckpt {
+	case "":
+	case "-":
+		mt.ckpt = ""
 	default:
 		mt.ckpt = ckpt
 	}
@@ -577,13 +613,14 @@ func (m *Memory) dropTaskIfFinished(t *task.Task) {
 			delete(m.history, t.TenantID)
 		}
 	}
+	m.shrinkLocked()
 }
 
 func (m *Memory) lookup(tenantID, taskID string) (*memTask, error) {
 	if err := checkTenantTask(tenantID, taskID); err != nil {
 		return nil, err
 	}
-	mt := m.tasks[taskID]
+	mt := m.taskLocked(taskID, "")
 	if mt == nil || mt.t.TenantID != tenantID {
 		return nil, fmt.Errorf("task %s of tenant %s: %w", taskID, tenantID, task.ErrNotFound)
 	}
@@ -602,7 +639,7 @@ func (m *Memory) requestTask(tenantID, taskID string, req task.Request, ev task.
 	if err := checkRequest(req); err != nil {
 		return nil, false, err
 	}
-	e, err := normalize(ev)
+	e, err := encodeEvent(ev)
 	if err != nil {
 		return nil, false, fmt.Errorf("%w: request task %s: event: %v", task.ErrInvalid, taskID, err)
 	}
@@ -635,7 +672,7 @@ func (m *Memory) requestLocked(mt *memTask, req task.Request) bool {
 	return true
 }
 
-func (m *Memory) appendLocked(mt *memTask, ev task.Event) {
+func (m *Memory) appendLocked(mt *memTask, ev string) {
 	mt.timeline = append(mt.timeline, ev)
 	if over := len(mt.timeline) - m.cfg.TimelineMax; over > 0 {
 		mt.timeline = slices.Clone(mt.timeline[over:])
@@ -657,7 +694,7 @@ func (m *Memory) beat(tenantID, taskID string, g task.Guard, now time.Time, queu
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	mt := m.tasks[taskID]
+	mt := m.taskLocked(taskID, "")
 	if mt == nil || mt.t.TenantID != tenantID {
 		return &task.RefusedError{TaskID: taskID, Reason: task.RefusedMissing}
 	}
@@ -682,7 +719,7 @@ func (m *Memory) TaskByTenant(_ context.Context, tenantID string) (*task.Task, *
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	mt := m.tasks[m.index[tenantID]]
+	mt := m.byTenantLocked(tenantID)
 	if mt == nil {
 		return nil, nil, fmt.Errorf("get task of tenant %s: %w", tenantID, task.ErrNotFound)
 	}
@@ -697,19 +734,28 @@ func (m *Memory) Task(_ context.Context, taskID string) (*task.Task, *checkpoint
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	mt := m.tasks[taskID]
+	mt := m.viewLocked(taskID)
 	if mt == nil {
 		return nil, nil, fmt.Errorf("get task %s: %w", taskID, task.ErrNotFound)
 	}
 	return m.taskOut(mt)
 }
 
+// byTenantLocked returns the tenant's newest task in memory (nil if none).
+func (m *Memory) byTenantLocked(tenantID string) *memTask {
+	id, ok := m.index[tenantID]
+	if !ok {
+		return nil
+	}
+	return m.viewLocked(id)
+}
+
 func (m *Memory) taskOut(mt *memTask) (*task.Task, *checkpoint.Checkpoint, error) {
 	t := copyTaskOut(mt.t)
-	if mt.ckpt == nil {
+	if mt.ckpt == "" {
 		return t, nil, nil
 	}
-	c, err := checkpoint.Unmarshal(mt.ckpt)
+	c, err := unmarshalCheckpoint([]byte(mt.ckpt))
 	if err != nil {
 		return nil, nil, fmt.Errorf("task %s: %w", t.ID, err)
 	}
@@ -731,6 +777,11 @@ func (m *Memory) TenantHistory(_ context.Context, tenantID string, limit int) ([
 	for id, s := range m.history[tenantID] {
 		all = append(all, entry{id, s})
 	}
+	fresh := map[string]*task.Task{}
+	m.freshOfTenant(tenantID, func(t *task.Task, score int64) {
+		all = append(all, entry{t.ID, score})
+		fresh[t.ID] = t
+	})
 	// Newest first; ties in reverse id order, as ZREVRANGE.
 	slices.SortFunc(all, func(a, b entry) int {
 		if c := cmp.Compare(b.score, a.score); c != 0 {
@@ -742,6 +793,8 @@ func (m *Memory) TenantHistory(_ context.Context, tenantID string, limit int) ([
 	for _, e := range all[:min(pageLimit(limit), len(all))] {
 		if mt := m.tasks[e.id]; mt != nil {
 			out = append(out, copyTaskOut(mt.t))
+		} else if t := fresh[e.id]; t != nil {
+			out = append(out, copyTaskOut(t))
 		}
 	}
 	return out, nil
@@ -750,11 +803,14 @@ func (m *Memory) TenantHistory(_ context.Context, tenantID string, limit int) ([
 // Timeline returns up to limit of the newest timeline entries of a task,
 // oldest first. Returns task.ErrNotFound.
 func (m *Memory) Timeline(_ context.Context, tenantID, taskID string, limit int) ([]task.Event, error) {
+	if err := checkTenantTask(tenantID, taskID); err != nil {
+		return nil, fmt.Errorf("timeline: %w", err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	mt, err := m.lookup(tenantID, taskID)
-	if err != nil {
-		return nil, fmt.Errorf("timeline: %w", err)
+	mt := m.viewLocked(taskID)
+	if mt == nil || mt.t.TenantID != tenantID {
+		return nil, fmt.Errorf("timeline: task %s of tenant %s: %w", taskID, tenantID, task.ErrNotFound)
 	}
 	if limit <= 0 || limit > m.cfg.TimelineMax {
 		limit = m.cfg.TimelineMax
@@ -763,7 +819,7 @@ func (m *Memory) Timeline(_ context.Context, tenantID, taskID string, limit int)
 	tl := all[max(0, len(all)-limit):]
 	out := make([]task.Event, len(tl))
 	for i, ev := range tl {
-		out[i], _ = normalize(ev)
+		out[i] = decodeEvent(ev)
 	}
 	return out, nil
 }
@@ -823,16 +879,19 @@ func (m *Memory) resolvePendingPlan(planID string) {
 // mirrorTaskLocked returns the task's entry for a mirrored write, creating
 // it when the task had left memory, and the status its counts move from.
 func (m *Memory) mirrorTaskLocked(w task.Write, nt *task.Task) (*memTask, task.Status) {
-	if mt := m.tasks[nt.ID]; mt != nil {
+	if mt := m.taskLocked(nt.ID, nt.PlanID); mt != nil {
 		return mt, mt.t.Status
 	}
 	mt := &memTask{t: nt}
 	m.tasks[nt.ID] = mt
+	m.noteSize(&m.peakTasks, len(m.tasks))
 	m.index[nt.TenantID] = nt.ID
+	m.noteSize(&m.peakIndex, len(m.index))
 	h := m.history[nt.TenantID]
 	if h == nil {
 		h = map[string]int64{}
 		m.history[nt.TenantID] = h
+		m.noteSize(&m.peakHistory, len(m.history))
 	}
 	h[nt.ID] = scoreOf(nt.CreatedAt, m.cfg.Clock())
 	return mt, w.PrevStatus
@@ -844,12 +903,11 @@ func (m *Memory) mirrorTaskLocked(w task.Write, nt *task.Task) (*memTask, task.S
 // Redis derived. It overwrites whatever memory holds (no checks): pending
 // writes before it are settled (their entries join the timeline), a pending
 // copy of the same write is replaced.
-func (m *Memory) mirrorWrite(w task.Write, res task.WriteResult) {
+//
+// ckpt and events are the write's encoded checkpoint and events (as
+// encodeWrite returns them; the Dual store encoded them once for Redis).
+func (m *Memory) mirrorWrite(w task.Write, ckpt string, events []string, res task.WriteResult) {
 	nt, err := copyTaskIn(w.Task)
-	if err != nil {
-		return
-	}
-	ckpt, events, err := encodeWrite(w)
 	if err != nil {
 		return
 	}
@@ -893,12 +951,10 @@ func (m *Memory) settleLocked(mt *memTask, seq int64, confirmed bool) {
 // its timeline entries are kept pending (replacing an earlier attempt of
 // the same write), and the task stays in memory until the write is
 // confirmed or resolved.
-func (m *Memory) mirrorPendingWrite(w task.Write) {
+//
+// ckpt and events are the write's encoded checkpoint and events.
+func (m *Memory) mirrorPendingWrite(w task.Write, ckpt string, events []string) {
 	nt, err := copyTaskIn(w.Task)
-	if err != nil {
-		return
-	}
-	ckpt, events, err := encodeWrite(w)
 	if err != nil {
 		return
 	}
@@ -951,13 +1007,13 @@ func (m *Memory) releaseLocked(mt *memTask) {
 // mirrorRequest copies a request Redis stored (applied) or answered
 // (not applied), replacing a pending copy of it.
 func (m *Memory) mirrorRequest(t *task.Task, req task.Request, applied bool, ev task.Event) {
-	e, err := normalize(ev)
+	e, err := encodeEvent(ev)
 	if err != nil {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	mt := m.tasks[t.ID]
+	mt := m.taskLocked(t.ID, t.PlanID)
 	if mt == nil {
 		return
 	}
@@ -975,7 +1031,7 @@ func (m *Memory) mirrorRequest(t *task.Task, req task.Request, applied bool, ev 
 // store's rules; its timeline entry stays pending until the request is
 // confirmed (a pending request does not keep the task in memory).
 func (m *Memory) mirrorPendingRequest(tenantID, taskID string, req task.Request, ev task.Event) {
-	e, err := normalize(ev)
+	e, err := encodeEvent(ev)
 	if err != nil {
 		return
 	}
@@ -988,7 +1044,7 @@ func (m *Memory) mirrorPendingRequest(tenantID, taskID string, req task.Request,
 	mt.pending = slices.DeleteFunc(mt.pending, func(p pendingOp) bool { return !p.write && p.req == req })
 	op := pendingOp{req: req}
 	if ev.Type != "" {
-		op.events = []task.Event{e}
+		op.events = []string{e}
 	}
 	mt.pending = append(mt.pending, op)
 }
@@ -997,7 +1053,7 @@ func (m *Memory) mirrorPendingRequest(tenantID, taskID string, req task.Request,
 func (m *Memory) mirrorBeat(taskID string, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if mt := m.tasks[taskID]; mt != nil {
+	if mt := m.taskLocked(taskID, ""); mt != nil {
 		mt.t.HeartbeatAt = utc(now)
 	}
 }

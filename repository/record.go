@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
@@ -59,6 +60,14 @@ func formatTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
+// appendTime appends formatTime(t).
+func appendTime(b []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return b
+	}
+	return t.UTC().AppendFormat(b, time.RFC3339Nano)
+}
+
 func formatBool(b bool) string {
 	if b {
 		return "1"
@@ -70,42 +79,149 @@ func encodeParams(p map[string]any) (string, error) {
 	if p == nil {
 		return "", nil
 	}
-	b, err := json.Marshal(p)
+	b, err := appendJSONValue(nil, p)
 	if err != nil {
 		return "", fmt.Errorf("encode params: %w", err)
 	}
 	return string(b), nil
 }
 
-// taskBody returns the field/value pairs of every task field a write sets:
-// all but seq, fence, writeId and the requests, which the scripts own.
-func taskBody(t *task.Task) ([]string, error) {
-	params, err := encodeParams(t.Params)
-	if err != nil {
-		return nil, fmt.Errorf("task %s: %w", t.ID, err)
-	}
-	return []string{
-		fID, t.ID, fTenantID, t.TenantID, fPlanID, t.PlanID, fStatus, string(t.Status),
-		fParams, params,
-		fAttempt, strconv.Itoa(t.Attempt),
-		fStageIndex, strconv.Itoa(t.StageIndex), fStageName, t.StageName,
-		fTotalStages, strconv.Itoa(t.TotalStages),
-		fLastError, t.LastError, fReason, t.Reason, fOwner, t.Owner,
-		fHeartbeatAt, formatTime(t.HeartbeatAt),
-		fCreatedAt, formatTime(t.CreatedAt), fStartedAt, formatTime(t.StartedAt),
-		fFinishedAt, formatTime(t.FinishedAt), fUpdatedAt, formatTime(t.UpdatedAt),
-	}, nil
+// Fields of the task record split by who writes them:
+//
+//   - fixed fields (planId, params, totalStages, createdAt) are written at
+//     creation with fixedSum, a digest of them. A write sends only the
+//     digest, as the pseudo-field "?fixedSum" that write_task.lua compares
+//     and does not store; when it differs (the writer changed one of them,
+//     or the record predates the digest) the script asks for them and the
+//     store sends the write again with the fields themselves. Params can be
+//     large: an unchanged record does not carry them on every write.
+//   - id and tenantId are written at creation only: the key holds them.
+//   - mutable fields are sent by every write (mutableFields).
+//   - seq, fence, writeId and the requests belong to the scripts.
+const (
+	fFixedSum = "fixedSum"
+	// checkFixedSum is the pseudo-field a write sends the digest under.
+	checkFixedSum = "?" + fFixedSum
+)
+
+// mutableFields are the record fields every write sets, in the order of
+// taskWrite.vals.
+var mutableFields = [...]string{
+	fStatus, fAttempt, fStageIndex, fStageName, fLastError, fReason, fOwner,
+	fHeartbeatAt, fStartedAt, fFinishedAt, fUpdatedAt,
 }
 
-// taskRecord returns every field of a new task record (seq 0).
-func taskRecord(t *task.Task) ([]string, error) {
-	body, err := taskBody(t)
+// mutableValues returns the values of mutableFields for t (the numbers and
+// times formatted into one allocation).
+func mutableValues(t *task.Task) [len(mutableFields)]string {
+	b := make([]byte, 0, 4*len(time.RFC3339Nano)+2*20)
+	var ends [6]int
+	b = strconv.AppendInt(b, int64(t.Attempt), 10)
+	ends[0] = len(b)
+	b = strconv.AppendInt(b, int64(t.StageIndex), 10)
+	ends[1] = len(b)
+	for i, at := range [...]time.Time{t.HeartbeatAt, t.StartedAt, t.FinishedAt, t.UpdatedAt} {
+		b = appendTime(b, at)
+		ends[2+i] = len(b)
+	}
+	s := unsafe.String(unsafe.SliceData(b), len(b))
+	return [...]string{
+		string(t.Status), s[:ends[0]], s[ends[0]:ends[1]], t.StageName, t.LastError, t.Reason, t.Owner,
+		s[ends[1]:ends[2]], s[ends[2]:ends[3]], s[ends[3]:ends[4]], s[ends[4]:ends[5]],
+	}
+}
+
+// fixedFields are a task's fixed fields as stored, and their digest.
+type fixedFields struct {
+	planID, params, totalStages, createdAt string
+	sum                                    string
+}
+
+func fixedOf(t *task.Task) (fixedFields, error) {
+	params, err := encodeParams(t.Params)
+	if err != nil {
+		return fixedFields{}, fmt.Errorf("task %s: %w", t.ID, err)
+	}
+	f := fixedFields{planID: t.PlanID, params: params, totalStages: strconv.Itoa(t.TotalStages), createdAt: formatTime(t.CreatedAt)}
+	f.sum = fixedDigest(f.planID, f.totalStages, f.createdAt, f.params)
+	return f, nil
+}
+
+// fixedDigest is the FNV-1a 64-bit hash of the fixed fields, in hex.
+func fixedDigest(parts ...string) string {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i, p := range parts {
+		if i > 0 {
+			h *= prime // a zero byte between two parts
+		}
+		for j := 0; j < len(p); j++ {
+			h ^= uint64(p[j])
+			h *= prime
+		}
+	}
+	var b [16]byte
+	const hex = "0123456789abcdef"
+	for i := 15; i >= 0; i-- {
+		b[i] = hex[h&15]
+		h >>= 4
+	}
+	return string(b[:])
+}
+
+// pairs appends the field/value pairs of the fixed fields (with the digest
+// stored) to dst.
+func (f fixedFields) pairs(dst []string) []string {
+	return append(dst, fPlanID, f.planID, fParams, f.params, fTotalStages, f.totalStages,
+		fCreatedAt, f.createdAt, fFixedSum, f.sum)
+}
+
+// taskBody returns the field/value pairs a write sends for t: the mutable
+// fields and the digest of the fixed ones ("?fixedSum").
+func taskBody(t *task.Task) ([]string, error) {
+	f, err := fixedOf(t)
 	if err != nil {
 		return nil, err
 	}
-	return append(body,
-		fPause, formatBool(t.PauseRequested), fCancel, formatBool(t.CancelRequested),
-		fFence, strconv.FormatInt(t.Fence, 10), fSeq, "0", fWriteID, ""), nil
+	vals := mutableValues(t)
+	out := make([]string, 0, 2*len(mutableFields)+2)
+	for i, name := range mutableFields {
+		out = append(out, name, vals[i])
+	}
+	return append(out, checkFixedSum, f.sum), nil
+}
+
+// taskRecord returns the fields of a new task record (seq 0). Empty and
+// zero values are left out: a missing field reads as "" or 0.
+func taskRecord(t *task.Task) ([]string, error) {
+	f, err := fixedOf(t)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, 32)
+	// add leaves out a field whose value reads back the same when missing:
+	// "" for a string or time, "0" for a number or flag.
+	add := func(name, v, zero string) {
+		if v != zero {
+			out = append(out, name, v)
+		}
+	}
+	out = append(out, fID, t.ID, fTenantID, t.TenantID, fPlanID, t.PlanID, fStatus, string(t.Status))
+	add(fParams, f.params, "")
+	vals := mutableValues(t)
+	for i, name := range mutableFields[1:] {
+		zero := ""
+		if name == fAttempt || name == fStageIndex {
+			zero = "0"
+		}
+		add(name, vals[i+1], zero)
+	}
+	add(fTotalStages, f.totalStages, "0")
+	add(fCreatedAt, f.createdAt, "")
+	add(fPause, formatBool(t.PauseRequested), "0")
+	add(fCancel, formatBool(t.CancelRequested), "0")
+	add(fFence, strconv.FormatInt(t.Fence, 10), "0")
+	return append(out, fFixedSum, f.sum), nil
 }
 
 // fieldReader parses the fields of one stored record and remembers the

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,6 +29,10 @@ type Redis struct {
 	loader scriptLoader
 	// scanMax bounds filtered listings (ScanMax; tests lower it).
 	scanMax int
+	// batcher groups concurrent task writes (nil: Config.NoWriteBatching).
+	batcher *writeBatcher
+	// hints remembers tenants' current task ids (nil: none).
+	hints *tenantHints
 }
 
 // NewRedis returns a store on client. Zero fields of cfg mean the defaults;
@@ -45,7 +50,14 @@ func NewRedis(client redis.UniversalClient, cfg Config) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Redis{c: client, keys: keys, cfg: cfg, scanMax: ScanMax}, nil
+	r := &Redis{c: client, keys: keys, cfg: cfg, scanMax: ScanMax}
+	if !cfg.NoWriteBatching {
+		r.batcher = &writeBatcher{r: r, max: cfg.WriteBatchMax, senders: writeSenders}
+	}
+	if cfg.TenantHints > 0 {
+		r.hints = newTenantHints(cfg.TenantHints)
+	}
+	return r, nil
 }
 
 // Keys returns the store's key builder (the server wires package tenantlock
@@ -63,10 +75,19 @@ func (r *Redis) ttlMs() int64 { return r.cfg.TTL.Milliseconds() }
 
 func (r *Redis) now() time.Time { return r.cfg.Clock() }
 
+// Write ids are a random prefix per process (64 bits) and a counter:
+// unique without reading crypto/rand on every write.
+var (
+	writeIDPrefix = func() string {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		return hex.EncodeToString(b[:])
+	}()
+	writeIDCount atomic.Uint64
+)
+
 func newWriteID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return writeIDPrefix + strconv.FormatUint(writeIDCount.Add(1), 36)
 }
 
 func pageLimit(n int) int {
@@ -137,27 +158,20 @@ func refusal(taskID string, v []any) *task.RefusedError {
 // counters first (refused with ErrPlanExists when the id is taken), then
 // pipelines of Config.Batch tasks (records, taskrefs, tenant index and
 // history, the plan's task list and ledger), the plans index last. Round
-// trips: 1 + ceil(len(tasks)/Batch). If a batch fails, what was written is
-// deleted (best effort) and the error returned.
+// trips: 1 + ceil(len(tasks)/Batch). Each batch is encoded just before it
+// is sent (every task's params are checked first), so a big plan is never
+// held encoded whole. If a batch fails, what was written is deleted (best
+// effort) and the error returned.
 func (r *Redis) CreatePlan(ctx context.Context, p *plan.Plan, tasks []*task.Task) error {
 	if err := checkNewPlan(p, tasks); err != nil {
 		return err
 	}
 	op := "create plan " + p.ID
 	pk, _ := r.keys.planKeys(p.ID)
-	type prepared struct {
-		t   *task.Task
-		k   taskKeys
-		rec []string
-	}
-	prep := make([]prepared, len(tasks))
-	for i, t := range tasks {
-		k, _ := r.keys.taskKeys(t.TenantID, t.ID)
-		rec, err := taskRecord(t)
-		if err != nil {
-			return fmt.Errorf("%w: %s: %v", task.ErrInvalid, op, err)
+	for _, t := range tasks {
+		if err := checkJSON(t.Params); err != nil {
+			return fmt.Errorf("%w: %s: task %s: encode params: %v", task.ErrInvalid, op, t.ID, err)
 		}
-		prep[i] = prepared{t: t, k: k, rec: rec}
 	}
 	rec, err := planRecord(p)
 	if err != nil {
@@ -175,54 +189,77 @@ func (r *Redis) CreatePlan(ctx context.Context, p *plan.Plan, tasks []*task.Task
 
 	written := 0
 	now := r.now()
-	for start := 0; start == 0 || start < len(prep); start += r.cfg.Batch {
-		end := min(start+r.cfg.Batch, len(prep))
-		pp := r.pipeline()
-		var push *evalCmd
-		if end > start {
-			args := []any{start, ttl}
-			for _, x := range prep[start:end] {
-				args = append(args, x.t.ID, ledger{Status: task.StatusPending, TenantID: x.t.TenantID}.String())
-			}
-			push = pp.eval(ctx, pushPlanTasksScript, []string{pk.tasks, pk.counts}, args...)
-		}
-		for _, x := range prep[start:end] {
-			pp.p.HSet(ctx, x.k.task, strArgs(nil, x.rec...)...)
-			pp.p.PExpire(ctx, x.k.task, r.cfg.TTL)
-			pp.p.Set(ctx, x.k.ref, x.t.TenantID, r.cfg.TTL)
-			pp.p.Set(ctx, x.k.index, x.t.ID, r.cfg.TTL)
-			pp.p.ZAdd(ctx, x.k.history, redis.Z{Score: float64(scoreOf(x.t.CreatedAt, now)), Member: x.t.ID})
-			pp.p.PExpire(ctx, x.k.history, r.cfg.TTL)
-		}
-		if end == len(prep) {
-			pp.p.ZAdd(ctx, r.keys.Plans(), redis.Z{Score: float64(scoreOf(p.CreatedAt, now)), Member: p.ID})
-			pp.p.ZRemRangeByScore(ctx, r.keys.Plans(), "-inf", "("+strconv.FormatInt(now.Add(-r.cfg.TTL).UnixMilli(), 10))
-		}
+	for start := 0; start == 0 || start < len(tasks); start += r.cfg.Batch {
+		end := min(start+r.cfg.Batch, len(tasks))
 		written = end
-		err := pp.exec(ctx)
-		if err == nil {
-			err = pp.replyErr()
-		}
-		if err == nil && push != nil {
-			if n, perr := push.cmd.Int64(); perr != nil {
-				err = perr
-			} else if n != int64(end) {
-				err = fmt.Errorf("task list of plan %s has %d entries, want %d (concurrent creation?)", p.ID, n, end)
-			}
-		}
+		err := r.createBatch(ctx, p, tasks, start, end, now)
 		if err != nil {
-			done := make([]taskKeys, written)
-			for i, x := range prep[:written] {
-				done[i] = x.k
+			r.rollbackPlan(ctx, pk, p.ID, r.keysOf(tasks[:written]))
+			if errors.Is(err, task.ErrInvalid) {
+				return fmt.Errorf("%s: %w", op, err)
 			}
-			r.rollbackPlan(ctx, pk, p.ID, done)
 			return wrapErr(ctx, op, err)
 		}
-		if end == len(prep) {
+		if end == len(tasks) {
 			break
 		}
 	}
 	return nil
+}
+
+// keysOf returns the task keys of tasks (their ids are checked).
+func (r *Redis) keysOf(tasks []*task.Task) []taskKeys {
+	out := make([]taskKeys, len(tasks))
+	for i, t := range tasks {
+		out[i], _ = r.keys.taskKeys(t.TenantID, t.ID)
+	}
+	return out
+}
+
+// createBatch writes tasks[start:end] of a new plan in one pipeline (with
+// the plans index when end is the last task).
+func (r *Redis) createBatch(ctx context.Context, p *plan.Plan, tasks []*task.Task, start, end int, now time.Time) error {
+	pk, _ := r.keys.planKeys(p.ID)
+	ttl := r.ttlMs()
+	pp := r.pipeline()
+	var push *evalCmd
+	if end > start {
+		args := make([]any, 0, 2+2*(end-start))
+		args = append(args, start, ttl)
+		for _, t := range tasks[start:end] {
+			args = append(args, t.ID, ledger{Status: task.StatusPending, TenantID: t.TenantID}.String())
+		}
+		push = pp.eval(ctx, pushPlanTasksScript, []string{pk.tasks, pk.counts}, args...)
+	}
+	for _, t := range tasks[start:end] {
+		k, _ := r.keys.taskKeys(t.TenantID, t.ID)
+		rec, err := taskRecord(t)
+		if err != nil {
+			return fmt.Errorf("%w: %v", task.ErrInvalid, err)
+		}
+		pp.p.HSet(ctx, k.task, strArgs(make([]any, 0, len(rec)), rec...)...)
+		pp.p.PExpire(ctx, k.task, r.cfg.TTL)
+		pp.p.Set(ctx, k.ref, t.TenantID, r.cfg.TTL)
+		pp.p.Set(ctx, k.index, t.ID, r.cfg.TTL)
+		pp.p.ZAdd(ctx, k.history, redis.Z{Score: float64(scoreOf(t.CreatedAt, now)), Member: t.ID})
+		pp.p.PExpire(ctx, k.history, r.cfg.TTL)
+	}
+	if end == len(tasks) {
+		pp.p.ZAdd(ctx, r.keys.Plans(), redis.Z{Score: float64(scoreOf(p.CreatedAt, now)), Member: p.ID})
+		pp.p.ZRemRangeByScore(ctx, r.keys.Plans(), "-inf", "("+strconv.FormatInt(now.Add(-r.cfg.TTL).UnixMilli(), 10))
+	}
+	err := pp.exec(ctx)
+	if err == nil {
+		err = pp.replyErr()
+	}
+	if err == nil && push != nil {
+		if n, perr := push.cmd.Int64(); perr != nil {
+			err = perr
+		} else if n != int64(end) {
+			err = fmt.Errorf("task list of plan %s has %d entries, want %d (concurrent creation?)", p.ID, n, end)
+		}
+	}
+	return err
 }
 
 func scoreOf(t, now time.Time) int64 {

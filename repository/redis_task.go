@@ -18,9 +18,13 @@ import (
 // record, checkpoint and timeline, in the tenant's slot) and, when the status
 // changes or a RUNNING task is taken over (RUNNING → RUNNING with
 // ClearRequests), move_plan_counts.lua (the plan's counts and status, in the
-// plan's slot) in the same pipeline. Returns a *task.RefusedError when the lock,
-// fence or seq check fails: nothing is written, and if the counts update had
-// applied it is corrected at once (two more round trips, refusals only).
+// plan's slot) in the same pipeline. Concurrent writes share pipelines (see
+// Config.NoWriteBatching): each still waits for exactly one exchange with
+// Redis. Returns a *task.RefusedError when the lock, fence or seq check
+// fails: nothing is written, and if the counts update had applied it is
+// corrected at once (two more round trips, refusals only). A write that
+// changes a fixed field of the record (plan id, params, total stages,
+// creation time) takes one more round trip: the script asks for them.
 //
 // The stored fence becomes w.Guard.Fence. After an *UnavailableError the
 // outcome is unknown: read the task (its Seq tells whether the write landed).
@@ -36,64 +40,127 @@ func (r *Redis) writeTask(ctx context.Context, w task.Write, writeID string) (ta
 	if err := checkWrite(w); err != nil {
 		return task.WriteResult{}, err
 	}
+	tw, err := encodeTaskWrite(w)
+	if err != nil {
+		return task.WriteResult{}, err
+	}
+	return r.writeEncoded(ctx, tw, writeID)
+}
+
+// taskWrite is a checked task write encoded once, for the Redis scripts and
+// for the memory half of the Dual store.
+type taskWrite struct {
+	w task.Write
+	// ckpt is the checkpoint JSON, "" to keep it, "-" to delete it.
+	ckpt   string
+	events []string
+	vals   [len(mutableFields)]string
+	fixed  fixedFields
+	// moving says whether the write goes to the plan's counts (movesCounts).
+	moving bool
+	// Integer arguments, passed by pointer (no allocation per argument).
+	fence, expect, timelineMax, ttl, nFields, newSeq int64
+}
+
+// encodeTaskWrite encodes a checked write.
+func encodeTaskWrite(w task.Write) (*taskWrite, error) {
 	t := w.Task
 	op := "write task " + t.ID
-	tk, _ := r.keys.taskKeys(t.TenantID, t.ID)
-	moving := movesCounts(w)
-	var pk planKeys
-	if moving {
-		pk, _ = r.keys.planKeys(t.PlanID)
+	tw := &taskWrite{w: w, moving: movesCounts(w), vals: mutableValues(t), fence: w.Guard.Fence, expect: w.ExpectSeq}
+	var err error
+	if tw.fixed, err = fixedOf(t); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", task.ErrInvalid, op, err)
 	}
-	body, err := taskBody(t)
-	if err != nil {
-		return task.WriteResult{}, fmt.Errorf("%w: %s: %v", task.ErrInvalid, op, err)
-	}
-	ckpt := ""
 	switch {
 	case w.DeleteCheckpoint:
-		ckpt = "-"
+		tw.ckpt = "-"
 	case w.Checkpoint != nil:
-		b, err := w.Checkpoint.Marshal()
-		if err != nil {
-			return task.WriteResult{}, fmt.Errorf("%w: %s: checkpoint: %v", task.ErrInvalid, op, err)
+		if tw.ckpt, err = marshalCheckpoint(w.Checkpoint); err != nil {
+			return nil, fmt.Errorf("%w: %s: checkpoint: %v", task.ErrInvalid, op, err)
 		}
-		ckpt = string(b)
 	}
-	events, err := encodeEvents(w.Events)
-	if err != nil {
-		return task.WriteResult{}, fmt.Errorf("%w: %s: %v", task.ErrInvalid, op, err)
+	if tw.events, err = encodeEvents(w.Events); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", task.ErrInvalid, op, err)
 	}
+	return tw, nil
+}
 
-	ttl := r.ttlMs()
-	args := []any{w.Guard.LockValue, w.Guard.Fence, w.ExpectSeq, writeID, ckpt, flag(w.ClearRequests),
-		flag(w.ReleaseLock), r.cfg.TimelineMax, ttl, len(body) / 2}
-	args = strArgs(strArgs(args, body...), events...)
-	pp := r.pipeline()
-	wt := pp.eval(ctx, writeTaskScript, []string{tk.task, tk.ckpt, tk.timeline, tk.lock, tk.index, tk.history}, args...)
-	var mv *evalCmd
-	if moving {
-		mv = pp.eval(ctx, movePlanCountsScript, []string{pk.counts, pk.plan, pk.tasks},
-			t.ID, string(t.Status), w.ExpectSeq+1, w.Guard.Fence, writeID, t.Owner, t.TenantID,
-			formatTime(r.now()), ttl, plan.ReasonFailureThreshold)
-		pp.p.PExpire(ctx, tk.ref, r.cfg.TTL)
+// scriptArgs returns write_task.lua's arguments; full sends the fixed
+// fields themselves instead of their digest.
+func (tw *taskWrite) scriptArgs(writeID *string, full bool) []any {
+	n := len(mutableFields) + 1
+	if full {
+		n += 4
 	}
-	if err := pp.exec(ctx); err != nil {
+	tw.nFields = int64(n)
+	args := make([]any, 0, 10+2*n+len(tw.events))
+	args = append(args, &tw.w.Guard.LockValue, &tw.fence, &tw.expect, writeID, &tw.ckpt,
+		flag(tw.w.ClearRequests), flag(tw.w.ReleaseLock), &tw.timelineMax, &tw.ttl, &tw.nFields)
+	for i, name := range mutableFields {
+		args = append(args, name, &tw.vals[i])
+	}
+	if full {
+		f := &tw.fixed
+		args = append(args, fPlanID, &f.planID, fParams, &f.params, fTotalStages, &f.totalStages,
+			fCreatedAt, &f.createdAt, fFixedSum, &f.sum)
+	} else {
+		args = append(args, checkFixedSum, &tw.fixed.sum)
+	}
+	for i := range tw.events {
+		args = append(args, &tw.events[i])
+	}
+	return args
+}
+
+// writeEncoded sends an encoded write (see WriteTask).
+func (r *Redis) writeEncoded(ctx context.Context, tw *taskWrite, writeID string) (task.WriteResult, error) {
+	t := tw.w.Task
+	op := "write task " + t.ID
+	tk, _ := r.keys.taskKeys(t.TenantID, t.ID)
+	tw.timelineMax, tw.ttl, tw.newSeq = int64(r.cfg.TimelineMax), r.ttlMs(), tw.expect+1
+	req := &writeReq{
+		ctx:   ctx,
+		wKeys: []string{tk.task, tk.ckpt, tk.timeline, tk.lock, tk.index, tk.history},
+		wArgs: tw.scriptArgs(&writeID, false),
+	}
+	var pk planKeys
+	if tw.moving {
+		pk, _ = r.keys.planKeys(t.PlanID)
+		req.mKeys = []string{pk.counts, pk.plan, pk.tasks}
+		req.mArgs = []any{t.ID, string(t.Status), &tw.newSeq, &tw.fence, writeID, t.Owner, t.TenantID,
+			formatTime(r.now()), &tw.ttl, plan.ReasonFailureThreshold}
+		if t.CreatedAt.IsZero() || r.now().Sub(t.CreatedAt) > ttlMargin(r.cfg.TTL) {
+			// The taskref follows the record's TTL, given again when it is
+			// older than the margin the scripts apply (see write_task.lua).
+			req.ref = tk.ref
+		}
+	}
+	if err := r.send(req); err != nil {
 		return task.WriteResult{}, wrapErr(ctx, op, err)
 	}
-	v, err := wt.cmd.Slice()
+	v, err := req.wt.Slice()
 	if err != nil {
 		return task.WriteResult{}, wrapErr(ctx, op, err)
+	}
+	if len(v) > 0 && replyInt(v[0]) == 2 {
+		// The fixed fields changed (or the record has no digest): the same
+		// write again with them. The counts update of the first attempt stands.
+		again := &writeReq{ctx: ctx, wKeys: req.wKeys, wArgs: tw.scriptArgs(&writeID, true)}
+		if err := r.send(again); err != nil {
+			return task.WriteResult{}, wrapErr(ctx, op, err)
+		}
+		if v, err = again.wt.Slice(); err != nil {
+			return task.WriteResult{}, wrapErr(ctx, op, err)
+		}
 	}
 	if len(v) == 0 {
 		return task.WriteResult{}, fmt.Errorf("%s: empty script reply", op)
 	}
 	if replyInt(v[0]) != 1 {
 		refused := refusal(t.ID, v)
-		if mv != nil {
-			if mvv, err := mv.cmd.Slice(); err == nil && len(mvv) > 1 && replyInt(mvv[1]) == 1 {
-				if err := r.correctCounts(ctx, tk, pk, t.ID, writeID); err != nil {
-					return task.WriteResult{}, errors.Join(refused, err)
-				}
+		if req.mKeys != nil && req.mvErr == nil && len(req.mv) > 1 && replyInt(req.mv[1]) == 1 {
+			if err := r.correctCounts(ctx, tk, pk, t.ID, writeID); err != nil {
+				return task.WriteResult{}, errors.Join(refused, err)
 			}
 		}
 		return task.WriteResult{}, refused
@@ -102,16 +169,21 @@ func (r *Redis) writeTask(ctx context.Context, w task.Write, writeID string) (ta
 		return task.WriteResult{}, fmt.Errorf("%s: short script reply %v", op, v)
 	}
 	res := task.WriteResult{Seq: replyInt(v[1]), PauseRequested: replyInt(v[2]) == 1, CancelRequested: replyInt(v[3]) == 1}
-	if mv != nil {
-		mvv, err := mv.cmd.Slice()
-		if err != nil {
-			return res, fmt.Errorf("%s: written, but the plan counts did not move (RepairCounts fixes them): %w", op, wrapErr(ctx, op, err))
+	if req.mKeys != nil {
+		if req.mvErr != nil {
+			return res, fmt.Errorf("%s: written, but the plan counts did not move (RepairCounts fixes them): %w", op, wrapErr(ctx, op, req.mvErr))
 		}
-		if len(mvv) > 0 {
-			res.PlanStatus = replyStr(mvv[0])
+		if len(req.mv) > 0 {
+			res.PlanStatus = replyStr(req.mv[0])
 		}
 	}
 	return res, nil
+}
+
+// ttlMargin is how much of its TTL a key may have lost before a write gives
+// it the TTL again: min(TTL/100, 30 s), as in write_task.lua.
+func ttlMargin(ttl time.Duration) time.Duration {
+	return min(ttl/100, 30*time.Second)
 }
 
 // correctCounts undoes the counts update of a refused write: it reads the
@@ -131,18 +203,6 @@ func (r *Redis) correctCounts(ctx context.Context, tk taskKeys, pk planKeys, tas
 		taskID, writeID, string(status), replyInt(v[1]), replyInt(v[2]), replyStr(v[3]),
 		formatTime(r.now()), plan.ReasonFailureThreshold)
 	return wrapErr(ctx, op, err)
-}
-
-func encodeEvents(evs []task.Event) ([]string, error) {
-	out := make([]string, 0, len(evs))
-	for _, ev := range evs {
-		b, err := json.Marshal(ev)
-		if err != nil {
-			return nil, fmt.Errorf("timeline event %s: %w", ev.Type, err)
-		}
-		out = append(out, string(b))
-	}
-	return out, nil
 }
 
 func checkRequest(req task.Request) error {
@@ -175,7 +235,7 @@ func (r *Redis) requestTask(ctx context.Context, tenantID, taskID string, req ta
 	}
 	evJSON := ""
 	if ev.Type != "" {
-		b, err := json.Marshal(ev)
+		b, err := appendEvent(nil, ev)
 		if err != nil {
 			return nil, false, fmt.Errorf("%w: %s: event: %v", task.ErrInvalid, op, err)
 		}
@@ -231,23 +291,55 @@ func (r *Redis) Beat(ctx context.Context, tenantID, taskID string, g task.Guard,
 }
 
 // TaskByTenant returns the tenant's current task (the newest created for it)
-// and its checkpoint (nil if none): two round trips. Returns task.ErrNotFound.
+// and its checkpoint (nil if none). Returns task.ErrNotFound. Two round
+// trips — the index, then the record and checkpoint — or one when the store
+// remembers the task the index named at the tenant's last query (see
+// Config.TenantHints): the index and that task's record and checkpoint go
+// in one pipeline, and the answer stands if the index still names it.
 func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, *checkpoint.Checkpoint, error) {
 	op := "get task of tenant " + tenantID
 	k, err := r.keys.Index(tenantID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("get task of tenant: %w", err)
 	}
-	id, err := r.c.Get(ctx, k).Result()
+	hint := r.hints.get(tenantID)
+	if hint == "" {
+		id, err := r.c.Get(ctx, k).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil, nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
+		}
+		if err != nil {
+			return nil, nil, wrapErr(ctx, op, err)
+		}
+		if !task.ValidID(id) {
+			return nil, nil, fmt.Errorf("%w: %s holds %s, not a task id", ErrCorrupt, k, task.Quote(id))
+		}
+		r.hints.put(tenantID, id)
+		return r.loadTask(ctx, op, tenantID, id)
+	}
+	tk, _ := r.keys.taskKeys(tenantID, hint)
+	pp := r.c.Pipeline()
+	g := pp.Get(ctx, k)
+	h, c := pp.HGetAll(ctx, tk.task), pp.Get(ctx, tk.ckpt)
+	if err := transportErr(pp.Exec(ctx)); err != nil {
+		return nil, nil, wrapErr(ctx, op, err)
+	}
+	id, err := g.Result()
 	if errors.Is(err, redis.Nil) {
+		r.hints.forget(tenantID)
 		return nil, nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
 	}
 	if err != nil {
 		return nil, nil, wrapErr(ctx, op, err)
 	}
+	if id == hint {
+		return decodeLoaded(ctx, op, tk, h, c)
+	}
 	if !task.ValidID(id) {
+		r.hints.forget(tenantID)
 		return nil, nil, fmt.Errorf("%w: %s holds %s, not a task id", ErrCorrupt, k, task.Quote(id))
 	}
+	r.hints.put(tenantID, id)
 	return r.loadTask(ctx, op, tenantID, id)
 }
 
@@ -284,6 +376,12 @@ func (r *Redis) loadTask(ctx context.Context, op, tenantID, taskID string) (*tas
 	if err := transportErr(pp.Exec(ctx)); err != nil {
 		return nil, nil, wrapErr(ctx, op, err)
 	}
+	return decodeLoaded(ctx, op, tk, h, c)
+}
+
+// decodeLoaded decodes the answers to HGETALL of a task record and GET of
+// its checkpoint. Returns task.ErrNotFound when the record is missing.
+func decodeLoaded(ctx context.Context, op string, tk taskKeys, h *redis.MapStringStringCmd, c *redis.StringCmd) (*task.Task, *checkpoint.Checkpoint, error) {
 	if err := h.Err(); err != nil {
 		return nil, nil, wrapErr(ctx, op, err)
 	}
@@ -300,7 +398,7 @@ func (r *Redis) loadTask(ctx context.Context, op, tenantID, taskID string) (*tas
 	case err != nil:
 		return nil, nil, wrapErr(ctx, op, err)
 	}
-	cp, err := checkpoint.Unmarshal([]byte(c.Val()))
+	cp, err := unmarshalCheckpoint([]byte(c.Val()))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, tk.ckpt, err)
 	}

@@ -4,30 +4,79 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"regexp"
 	"time"
 )
 
 // MaxTenantIDLen is the longest tenant id accepted.
 const MaxTenantIDLen = 128
 
-var (
-	tenantIDRe   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-	taskIDRe     = regexp.MustCompile(`^task-[0-9A-HJKMNP-TV-Z]{26}$`)
-	instanceIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-)
+// The validators below are hand-written byte loops (they run on every store
+// call) with the semantics of these regular expressions:
+//
+//	tenant, instance  ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$
+//	task              ^task-[0-9A-HJKMNP-TV-Z]{26}$
+
+// nameChars marks the bytes of [A-Za-z0-9._-]: 1 for alphanumerics (which
+// may start a name), 2 for '.', '_' and '-' (which may only follow).
+var nameChars = func() (t [256]uint8) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = 1
+	}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = 1
+		t[c+'a'-'A'] = 1
+	}
+	t['.'], t['_'], t['-'] = 2, 2, 2
+	return t
+}()
+
+// crockfordChars marks the bytes of [0-9A-HJKMNP-TV-Z], the upper-case
+// Crockford base-32 digits of a ULID.
+var crockfordChars = func() (t [256]bool) {
+	for _, c := range []byte("0123456789ABCDEFGHJKMNPQRSTVWXYZ") {
+		t[c] = true
+	}
+	return t
+}()
+
+// validName reports whether id matches ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$.
+func validName(id string) bool {
+	if len(id) == 0 || len(id) > MaxTenantIDLen || nameChars[id[0]] != 1 {
+		return false
+	}
+	for i := 1; i < len(id); i++ {
+		if nameChars[id[i]] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// validULIDID reports whether id is prefix followed by 26 upper-case
+// Crockford base-32 digits.
+func validULIDID(id, prefix string) bool {
+	if len(id) != len(prefix)+26 || id[:len(prefix)] != prefix {
+		return false
+	}
+	for i := len(prefix); i < len(id); i++ {
+		if !crockfordChars[id[i]] {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidTenantID reports whether id may name a tenant. Tenant ids reach Redis
 // keys and log lines, so the allowlist keeps out braces, colons, glob
 // characters, whitespace and control characters.
-func ValidTenantID(id string) bool { return tenantIDRe.MatchString(id) }
+func ValidTenantID(id string) bool { return validName(id) }
 
 // ValidID reports whether id has the form of an id made by NewID.
-func ValidID(id string) bool { return taskIDRe.MatchString(id) }
+func ValidID(id string) bool { return validULIDID(id, "task-") }
 
 // ValidInstanceID reports whether id may name a coordinator instance (it is
 // stored in lock values and task records, so it follows the tenant allowlist).
-func ValidInstanceID(id string) bool { return instanceIDRe.MatchString(id) }
+func ValidInstanceID(id string) bool { return validName(id) }
 
 // CheckTenantID returns a descriptive error when id is not a valid tenant id.
 func CheckTenantID(id string) error {

@@ -5,14 +5,17 @@
 --   parse_ledger(s) -> {status, seq, fence, write_id, owner, tenant} | nil
 --       reads a ledger entry "status|seq|fence|writeId|owner|tenant"
 --   format_ledger(status, seq, fence, write_id, owner, tenant) -> string
---   count_task(counts_key, status, owner, delta)
+--   count_task(counts_key, status, owner, delta) -> the status' new count
 --       adds delta to the counter of status and, for RUNNING, to the
 --       counter RUNNING@<owner> (count_owner); status "" counts nowhere
+--       (and returns nil)
 --   count_owner(counts_key, owner, delta)
 --       adds delta to the counter RUNNING@<owner> (deleted when it reaches
 --       0); owner "" counts nowhere
---   derive_plan(counts_key, plan_key, now, threshold_reason, task_from, task_to) -> plan status
---       applies plan.Derive (plan/plan.go) to the plan record and its counts,
+--   derive_plan(counts_key, plan_key, now, threshold_reason, task_from, task_to[, plan]) -> plan status
+--       applies plan.Derive (plan/plan.go) to the plan record and its counts
+--       (plan, when given, is the plan record's HMGET status, totalTasks,
+--       maxFailed as the caller read it),
 --       task_from -> task_to being the status move of the task whose write
 --       moved the counts ('' and '' when no single task moved), and, when
 --       the status changes, writes status, reason, updatedAt and finishedAt
@@ -43,13 +46,14 @@ local function count_owner(counts_key, owner, delta)
 end
 
 local function count_task(counts_key, status, owner, delta)
-  if status == '' then return end
-  redis.call('HINCRBY', counts_key, status, delta)
+  if status == '' then return nil end
+  local n = redis.call('HINCRBY', counts_key, status, delta)
   if status == 'RUNNING' then count_owner(counts_key, owner, delta) end
+  return n
 end
 
-local function derive_plan(counts_key, plan_key, now, threshold_reason, task_from, task_to)
-  local p = redis.call('HMGET', plan_key, 'status', 'totalTasks', 'maxFailed')
+local function derive_plan(counts_key, plan_key, now, threshold_reason, task_from, task_to, plan)
+  local p = plan or redis.call('HMGET', plan_key, 'status', 'totalTasks', 'maxFailed')
   local cur = p[1]
   if not cur then return '' end
   local total = tonumber(p[2]) or 0

@@ -1,7 +1,9 @@
 -- move_plan_counts.lua: moves a task's plan counts after a status-changing
 -- write or a takeover (RUNNING -> RUNNING, see doc.go), in the plan's slot
 -- (sent in the same pipeline as write_task.lua). Prepended with
--- derive_plan.lua.
+-- derive_plan.lua. Several tasks' moves of one plan may come in one call
+-- (writes sharing a pipeline): they are applied in order, each as if the
+-- script ran for it alone.
 --
 -- The update applies only if (seq, fence) is greater, in that order, than the
 -- ledger entry's: every committed write has a larger seq than the one before
@@ -12,6 +14,15 @@
 -- moves from the entry's owner to the new one (a takeover) — and the plan's
 -- status is derived with the entry's status -> the new status as the task's
 -- move. When it does not apply, nothing moves and nothing is derived.
+--
+-- A move to an active status (PENDING, RUNNING, PAUSED) whose counter is
+-- now at least 1 cannot change the plan's status under plan.Derive's rule,
+-- unless it re-runs a task of a finished plan: a plan finishes only with no
+-- active task, and only a new failure pauses it. Such a move (every task
+-- start) skips the derivation and answers the stored status. An applied
+-- update gives the plan's three keys the TTL again when the counts hash has
+-- less than TTL - min(TTL/100, 30 s) left (as write_task.lua does for a
+-- task's keys).
 --
 -- KEYS[1] -> {p}plan:{planId}:counts
 -- KEYS[2] -> {p}plan:{planId}
@@ -26,31 +37,60 @@
 -- ARGV[8] -> now (RFC 3339), for the plan's updatedAt/finishedAt
 -- ARGV[9] -> TTL in milliseconds
 -- ARGV[10] -> reason of a pause by the failure threshold
--- Returns {plan status, 1 if the update applied else 0}; plan status is ""
--- when the plan record is missing (nothing is written then). A task without
--- a ledger entry is not counted in this plan (RepairCounts restores entries):
--- nothing moves.
+-- ARGV[11 ..] -> more moves, 7 arguments each as ARGV[1..7]
+-- Returns {plan status, 1 if the update applied else 0}, and as many more
+-- pairs as moves; plan status is "" when the plan record is missing (nothing
+-- is written then). A task without a ledger entry is not counted in this
+-- plan (RepairCounts restores entries): nothing moves.
 
-if redis.call('EXISTS', KEYS[2]) == 0 then return {'', 0} end
-local field = 't:' .. ARGV[1]
-local old = parse_ledger(redis.call('HGET', KEYS[1], field))
-local seq, fence = tonumber(ARGV[3]), tonumber(ARGV[4])
-local applied = 0
-if old and (seq > old.seq or (seq == old.seq and fence > old.fence)) then
-  if old.status ~= ARGV[2] then
-    count_task(KEYS[1], old.status, old.owner, -1)
-    count_task(KEYS[1], ARGV[2], ARGV[6], 1)
-  elseif old.status == 'RUNNING' and old.owner ~= ARGV[6] then
-    count_owner(KEYS[1], old.owner, -1)
-    count_owner(KEYS[1], ARGV[6], 1)
+local p = redis.call('HMGET', KEYS[2], 'status', 'totalTasks', 'maxFailed')
+local moves = 1 + (#ARGV - 10) / 7
+local out = {}
+if not p[1] then
+  for i = 1, moves do out[#out + 1] = ''; out[#out + 1] = 0 end
+  return out
+end
+
+-- move applies one task's move (its 7 arguments from ARGV[base+1]) and
+-- returns the plan status and 1 if it applied.
+local function move(base)
+  local cur = p[1]
+  local id, new, owner, tenant = ARGV[base + 1], ARGV[base + 2], ARGV[base + 6], ARGV[base + 7]
+  local field = 't:' .. id
+  local old = parse_ledger(redis.call('HGET', KEYS[1], field))
+  local seq, fence = tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
+  if not (old and (seq > old.seq or (seq == old.seq and fence > old.fence))) then
+    -- Nothing moved, so the plan's status has no reason to change.
+    return cur, 0
   end
-  redis.call('HSET', KEYS[1], field, format_ledger(ARGV[2], seq, fence, ARGV[5], ARGV[6], ARGV[7]))
-  applied = 1
+  local count
+  if old.status ~= new then
+    count_task(KEYS[1], old.status, old.owner, -1)
+    count = count_task(KEYS[1], new, owner, 1)
+  elseif old.status == 'RUNNING' and old.owner ~= owner then
+    count_owner(KEYS[1], old.owner, -1)
+    count_owner(KEYS[1], owner, 1)
+  end
+  redis.call('HSET', KEYS[1], field, format_ledger(new, seq, fence, ARGV[base + 5], owner, tenant))
+  local active = new == 'PENDING' or new == 'RUNNING' or new == 'PAUSED'
+  local finished = cur == 'COMPLETED' or cur == 'FAILED' or cur == 'CANCELLED'
+  if not (active and count and count >= 1) or (finished and new == 'RUNNING' and old.status ~= 'PENDING') then
+    p[1] = derive_plan(KEYS[1], KEYS[2], ARGV[8], ARGV[10], old.status, new, p)
+  end
+  return p[1], 1
 end
-if applied == 0 then
-  -- Nothing moved, so the plan's status has no reason to change.
-  return {redis.call('HGET', KEYS[2], 'status'), 0}
+
+local applied = false
+for i = 1, moves do
+  local base = 0
+  if i > 1 then base = 10 + 7 * (i - 2) end
+  local status, ok = move(base)
+  out[#out + 1] = status
+  out[#out + 1] = ok
+  applied = applied or ok == 1
 end
-local status = derive_plan(KEYS[1], KEYS[2], ARGV[8], ARGV[10], old.status, ARGV[2])
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end
-return {status, 1}
+local ttl = tonumber(ARGV[9])
+if applied and redis.call('PTTL', KEYS[1]) < ttl - math.min(math.floor(ttl / 100), 30000) then
+  for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end
+end
+return out

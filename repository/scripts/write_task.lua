@@ -6,8 +6,19 @@
 --   b. a lock value is given and the lock holds it else "lock"
 --   c. the stored fence is not above the writer's  else "fence"
 --   d. the stored seq is the expected one           else "seq"
+--   e. the digest of the fixed fields ("?fixedSum", when sent) is the stored
+--      one, else {2, 'fixed'}: the writer sends the write again with the
+--      fixed fields themselves (see record.go)
 -- A write whose id is already stored was applied before (a client retry): it
 -- succeeds again without writing.
+--
+-- TTLs: a checkpoint is SET with the TTL and a timeline this write creates
+-- gets it. The record, timeline, checkpoint, index and history are given
+-- the TTL again only when the record has less than TTL - min(TTL/100, 30 s)
+-- left (one PTTL instead of five PEXPIREs on every write): the keys of a
+-- task expire between TTL - 30 s and TTL after its last write. They were
+-- set together (at creation, or by the last refresh), so the record's TTL
+-- stands for all of them.
 --
 -- KEYS[1] -> {p}task:{tenantId}:<taskId>              task record (HASH)
 -- KEYS[2] -> {p}ckpt:{tenantId}:<taskId>              checkpoint (STRING)
@@ -25,15 +36,17 @@
 -- ARGV[8] -> timeline max entries
 -- ARGV[9] -> TTL in milliseconds
 -- ARGV[10] -> n, the number of record fields that follow
--- ARGV[11 .. 10+2n] -> field, value, ... (every field but seq, fence, writeId
---                      and the requests)
+-- ARGV[11 .. 10+2n] -> field, value, ... (the mutable fields; the fixed ones
+--                      or, as "?fixedSum", their digest, compared and not
+--                      stored)
 -- ARGV[11+2n ..] -> timeline entries (JSON), appended in order
 -- Returns {1, seq, pauseRequested, cancelRequested} when written (0|1 flags,
--- as stored after the write), or {0, reason, status, seq, fence, owner}
--- (the stored state) when refused.
+-- as stored after the write), {0, reason, status, seq, fence, owner} (the
+-- stored state) when refused, or {2, 'fixed'} when the fixed fields are
+-- needed (nothing written).
 
 local rec = redis.call('HMGET', KEYS[1], 'status', 'seq', 'fence', 'owner', 'writeId',
-  'pauseRequested', 'cancelRequested')
+  'pauseRequested', 'cancelRequested', 'fixedSum')
 if not rec[1] then return {0, 'missing', '', 0, 0, ''} end
 local seq, fence = tonumber(rec[2]) or 0, tonumber(rec[3]) or 0
 local pause, cancel = tonumber(rec[6]) or 0, tonumber(rec[7]) or 0
@@ -47,7 +60,15 @@ if seq ~= tonumber(ARGV[3]) then return refuse('seq') end
 local n = tonumber(ARGV[10])
 local new_seq = seq + 1
 local fields = {'seq', string.format('%d', new_seq), 'fence', ARGV[2], 'writeId', ARGV[4]}
-for i = 11, 10 + 2 * n do fields[#fields + 1] = ARGV[i] end
+for i = 11, 10 + 2 * n, 2 do
+  local f, v = ARGV[i], ARGV[i + 1]
+  if f == '?fixedSum' then
+    if v ~= rec[8] then return {2, 'fixed'} end
+  else
+    fields[#fields + 1] = f
+    fields[#fields + 1] = v
+  end
+end
 if ARGV[6] == '1' then
   pause, cancel = 0, 0
   fields[#fields + 1] = 'pauseRequested'
@@ -58,20 +79,29 @@ end
 redis.call('HSET', KEYS[1], unpack(fields))
 
 local ttl = ARGV[9]
+local ttl_ms = tonumber(ttl)
+local refresh = redis.call('PTTL', KEYS[1]) < ttl_ms - math.min(math.floor(ttl_ms / 100), 30000)
 if ARGV[5] == '-' then
   redis.call('DEL', KEYS[2])
 elseif ARGV[5] ~= '' then
   redis.call('SET', KEYS[2], ARGV[5], 'PX', ttl)
-else
+elseif refresh then
   redis.call('PEXPIRE', KEYS[2], ttl)
 end
 
 local first = 11 + 2 * n
-for i = first, #ARGV do redis.call('RPUSH', KEYS[3], ARGV[i]) end
 if #ARGV >= first then
-  redis.call('LTRIM', KEYS[3], -tonumber(ARGV[8]), -1)
+  local len = 0
+  for i = first, #ARGV, 1000 do
+    len = redis.call('RPUSH', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  end
+  local max = tonumber(ARGV[8])
+  if len > max then redis.call('LTRIM', KEYS[3], -max, -1) end
+  if not refresh and len == #ARGV - first + 1 then redis.call('PEXPIRE', KEYS[3], ttl) end
 end
 
-for _, k in ipairs({KEYS[1], KEYS[3], KEYS[5], KEYS[6]}) do redis.call('PEXPIRE', k, ttl) end
+if refresh then
+  for _, k in ipairs({KEYS[1], KEYS[3], KEYS[5], KEYS[6]}) do redis.call('PEXPIRE', k, ttl) end
+end
 if ARGV[7] == '1' and ARGV[1] ~= '' then redis.call('DEL', KEYS[4]) end
 return {1, new_seq, pause, cancel}

@@ -1,0 +1,294 @@
+package repository
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Group commit of task writes.
+//
+// With many tasks running, many WriteTask calls are in flight at once. Each
+// used to be a round trip of its own; now they share pipelines: a write
+// that finds no pipeline of writes in flight is sent at once, from its own
+// goroutine; writes arriving while one is in flight queue and go together
+// in the next pipeline (up to Config.WriteBatchMax writes, no timer), sent
+// by a goroutine that lives as long as writes keep queueing. Every write
+// waits for exactly one exchange with Redis — a batch of k writes is one
+// round trip for all k, so the budget of one round trip per stage
+// transition holds for each — and Redis parses, runs and answers k writes
+// for the price of one read and one write on each side. Only task writes
+// are grouped: their scripts touch one tenant's (and one plan's) keys, and
+// their order across tasks does not matter; writes of one task are never in
+// flight together (each waits for its answer before the next).
+//
+// A caller whose context ends while it waits gets the context's error at
+// once: if its write was not sent yet it is dropped, else its result is
+// dropped and the write may still have happened — as after a timeout, the
+// record's seq tells, and a retry with the same write id (Dual's replays)
+// is not applied twice. A script Redis does not know (NOSCRIPT) is sent
+// again with EVAL in one more pipeline for the writes that need it; the
+// correction of a refused write's counts update runs on the caller's own
+// round trips, as before.
+
+// WriteBatchMaxDefault is the default of Config.WriteBatchMax.
+const WriteBatchMaxDefault = 128
+
+// writeReq is one task write on its way to Redis: write_task.lua, and
+// move_plan_counts.lua with a PEXPIRE of the taskref when the counts move.
+// The counts moves of the writes of one plan in a pipeline go in one call
+// of move_plan_counts.lua (it takes several).
+type writeReq struct {
+	ctx          context.Context
+	wKeys, mKeys []string
+	wArgs, mArgs []any
+	ref          string
+	// The answers, set before done is closed: wt to write_task.lua, mv
+	// (status, applied) or mvErr to the counts move, err a transport error.
+	wt    *redis.Cmd
+	mv    []any
+	mvErr error
+	err   error
+	done  chan struct{}
+	// state: reqQueued → reqTaken (by a sender) or reqDropped (by its caller).
+	state atomic.Int32
+}
+
+const (
+	reqQueued int32 = iota
+	reqTaken
+	reqDropped
+)
+
+// writeBatcher queues the writes that arrive while a pipeline of writes is
+// in flight.
+type writeBatcher struct {
+	r   *Redis
+	max int
+	// senders is how many pipelines of writes may be in flight at once.
+	senders int
+
+	mu       sync.Mutex
+	inFlight int
+	queue    []*writeReq
+}
+
+// send sends req and waits for its answer, in a pipeline of its own or
+// shared with concurrent writes. It returns a transport error (or the
+// caller's context error); the scripts' answers are in req.wt and req.mv.
+func (r *Redis) send(req *writeReq) error {
+	if r.batcher == nil {
+		r.sendNow(req.ctx, []*writeReq{req})
+		return req.err
+	}
+	return r.batcher.do(req)
+}
+
+func (b *writeBatcher) do(req *writeReq) error {
+	b.mu.Lock()
+	if b.inFlight < b.senders {
+		// Nothing in flight: send at once, from this goroutine.
+		b.inFlight++
+		b.mu.Unlock()
+		req.state.Store(reqTaken)
+		b.r.sendNow(req.ctx, []*writeReq{req})
+		b.handOff()
+		return req.err
+	}
+	req.done = make(chan struct{})
+	b.queue = append(b.queue, req)
+	b.mu.Unlock()
+	select {
+	case <-req.done:
+		return req.err
+	case <-req.ctx.Done():
+		if !req.state.CompareAndSwap(reqQueued, reqDropped) {
+			// Taken: the write may land; its answer is dropped.
+			select {
+			case <-req.done:
+				return req.err
+			default:
+			}
+		}
+		return req.ctx.Err()
+	}
+}
+
+// handOff ends a send: the writes queued meanwhile go in the next pipeline,
+// sent by a goroutine of their own so that the caller returns.
+func (b *writeBatcher) handOff() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.inFlight--
+		return
+	}
+	go b.loop()
+}
+
+// loop sends the queue, a batch at a time, until it is empty.
+func (b *writeBatcher) loop() {
+	for {
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.inFlight--
+			b.mu.Unlock()
+			return
+		}
+		n := min(len(b.queue), b.max)
+		batch := make([]*writeReq, 0, n)
+		for _, req := range b.queue[:n] {
+			if req.state.CompareAndSwap(reqQueued, reqTaken) {
+				batch = append(batch, req)
+			}
+		}
+		rest := copy(b.queue, b.queue[n:])
+		clear(b.queue[rest:])
+		b.queue = b.queue[:rest]
+		b.mu.Unlock()
+		if len(batch) > 0 {
+			ctx, cancel := batchContext(batch)
+			b.r.sendNow(ctx, batch)
+			cancel()
+			for _, req := range batch {
+				close(req.done)
+			}
+		}
+	}
+}
+
+// batchContext returns the context a shared pipeline is sent with: no
+// cancellation (one caller giving up must not fail the others) and the
+// latest of the callers' deadlines, none if one has none.
+func batchContext(reqs []*writeReq) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, req := range reqs {
+		d, ok := req.ctx.Deadline()
+		if !ok {
+			return context.WithoutCancel(reqs[0].ctx), func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(reqs[0].ctx), latest)
+}
+
+// moveCall is one call of move_plan_counts.lua carrying the counts moves
+// of the writes reqs, all of one plan.
+type moveCall struct {
+	reqs []*writeReq
+	keys []string
+	args []any
+	cmd  *redis.Cmd
+}
+
+// moveCallArgs are the arguments of one move in a call of several: the
+// first move's 10, then 7 for each further move.
+const moveCallArgs = 7
+
+// sendNow sends the writes in one pipeline, and those of their scripts
+// Redis did not know in a second one as EVAL; it sets each write's answers,
+// or its transport error.
+func (r *Redis) sendNow(ctx context.Context, reqs []*writeReq) {
+	fail := func(reqs []*writeReq, err error) {
+		for _, req := range reqs {
+			req.err = err
+		}
+	}
+	if err := r.loader.ensure(ctx, r.c); err != nil {
+		fail(reqs, err)
+		return
+	}
+	var moves []*moveCall
+	for _, req := range reqs {
+		if req.mKeys == nil {
+			continue
+		}
+		var mc *moveCall
+		for _, m := range moves {
+			if m.keys[0] == req.mKeys[0] {
+				mc = m
+				break
+			}
+		}
+		if mc == nil {
+			mc = &moveCall{keys: req.mKeys, args: req.mArgs}
+			moves = append(moves, mc)
+		} else {
+			if len(mc.reqs) == 1 {
+				mc.args = append(make([]any, 0, len(mc.args)+moveCallArgs*len(reqs)), mc.args...)
+			}
+			mc.args = append(mc.args, req.mArgs[:moveCallArgs]...)
+		}
+		mc.reqs = append(mc.reqs, req)
+	}
+	p := r.c.Pipeline()
+	for _, req := range reqs {
+		req.wt = p.EvalSha(ctx, writeTaskScript.sha, req.wKeys, req.wArgs...)
+	}
+	for _, mc := range moves {
+		mc.cmd = p.EvalSha(ctx, movePlanCountsScript.sha, mc.keys, mc.args...)
+	}
+	for _, req := range reqs {
+		if req.ref != "" {
+			p.PExpire(ctx, req.ref, r.cfg.TTL)
+		}
+	}
+	cmds, err := p.Exec(ctx)
+	if err := transportErr(cmds, err); err != nil {
+		fail(reqs, err)
+		return
+	}
+	var again []*writeReq
+	var againMoves []*moveCall
+	for _, req := range reqs {
+		if isNoScript(req.wt.Err()) {
+			again = append(again, req)
+		}
+	}
+	for _, mc := range moves {
+		if isNoScript(mc.cmd.Err()) {
+			againMoves = append(againMoves, mc)
+		}
+	}
+	if len(again)+len(againMoves) > 0 {
+		r.loader.loaded.Store(false)
+		p = r.c.Pipeline()
+		for _, req := range again {
+			req.wt = p.Eval(ctx, writeTaskScript.src, req.wKeys, req.wArgs...)
+		}
+		for _, mc := range againMoves {
+			mc.cmd = p.Eval(ctx, movePlanCountsScript.src, mc.keys, mc.args...)
+		}
+		cmds, err = p.Exec(ctx)
+		if err := transportErr(cmds, err); err != nil {
+			fail(again, err)
+			for _, mc := range againMoves {
+				fail(mc.reqs, err)
+			}
+		}
+	}
+	for _, mc := range moves {
+		v, err := mc.cmd.Slice()
+		if err == nil && len(v) < 2*len(mc.reqs) {
+			err = fmt.Errorf("move plan counts: %d answers for %d moves", len(v)/2, len(mc.reqs))
+		}
+		for i, req := range mc.reqs {
+			if err != nil {
+				req.mvErr = err
+			} else {
+				req.mv = v[2*i : 2*i+2]
+			}
+		}
+	}
+}
+
+// writeSenders is how many pipelines of task writes may be in flight at
+// once. One keeps the batches large; two measured the same (Redis is busy
+// with the other round trips of the tasks meanwhile).
+const writeSenders = 1
