@@ -40,9 +40,7 @@ func (c *Coordinator) background() {
 func (c *Coordinator) heartbeatInstance() {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Heartbeat)
 	defer cancel()
-	inst := task.Instance{ID: c.cfg.Instance, Addr: c.cfg.Addr, Version: c.cfg.Version, StartedAt: c.started,
-		LastSeen: c.now().UTC(), TasksRunning: c.Running(), SingleInstance: c.cfg.SingleInstance}
-	if err := c.store.RegisterInstance(ctx, inst, c.cfg.Lease); err != nil {
+	if err := c.store.RegisterInstance(ctx, c.self(), c.cfg.Lease); err != nil {
 		c.log.Debug().Err(err).Msg("instance heartbeat failed")
 		return
 	}
@@ -53,11 +51,19 @@ func (c *Coordinator) heartbeatInstance() {
 	}
 	live := make(map[string]time.Time, len(insts))
 	for _, in := range insts {
-		live[in.ID] = in.LastSeen
+		if !in.Gone { // a deregistered or expired instance is not alive
+			live[in.ID] = in.LastSeen
+		}
 	}
 	c.mu.Lock()
 	c.live, c.liveAt = live, c.now()
 	c.mu.Unlock()
+}
+
+// self describes this instance for the registry.
+func (c *Coordinator) self() task.Instance {
+	return task.Instance{ID: c.cfg.Instance, Addr: c.cfg.Addr, Version: c.cfg.Version, StartedAt: c.started,
+		LastSeen: c.now().UTC(), TasksRunning: c.Running(), SingleInstance: c.cfg.SingleInstance}
 }
 
 // ownerAlive says whether instance id heartbeated within the lease, as far
@@ -155,9 +161,20 @@ func (c *Coordinator) Instances(ctx context.Context) ([]InstanceView, error) {
 	if err != nil {
 		return nil, translate(err, "instances")
 	}
-	out := make([]InstanceView, len(insts))
-	for i, in := range insts {
-		out[i] = InstanceView{Instance: in, Alive: in.Alive(c.now(), c.cfg.Lease)}
+	out := make([]InstanceView, 0, len(insts)+1)
+	self := false
+	for _, in := range insts {
+		if in.ID == c.cfg.Instance && !c.closing.Load() {
+			self = true
+			out = append(out, InstanceView{Instance: in, Alive: true})
+			continue
+		}
+		out = append(out, InstanceView{Instance: in, Alive: in.Alive(c.now(), c.cfg.Lease)})
+	}
+	if !self && !c.closing.Load() {
+		// This instance is alive whether or not its first heartbeat has
+		// reached the registry yet.
+		out = append([]InstanceView{{Instance: c.self(), Alive: true}}, out...)
 	}
 	return out, nil
 }

@@ -124,7 +124,7 @@ func (r *Redis) Instances(ctx context.Context) ([]task.Instance, error) {
 		if err != nil {
 			continue // not ours: the index holds only valid ids
 		}
-		out = append(out, task.Instance{ID: id, LastSeen: time.UnixMilli(int64(z.Score)).UTC()})
+		out = append(out, task.Instance{ID: id, LastSeen: time.UnixMilli(int64(z.Score)).UTC(), Gone: true})
 		keys = append(keys, k)
 	}
 	if len(out) == 0 {
@@ -150,6 +150,7 @@ func (r *Redis) Instances(ctx context.Context) ([]task.Instance, error) {
 			return nil, err
 		}
 		inst.ID = out[i].ID
+		inst.Gone = false
 		if inst.LastSeen.IsZero() {
 			inst.LastSeen = out[i].LastSeen
 		}
@@ -196,7 +197,7 @@ func (m *Memory) DeregisterInstance(_ context.Context, id string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if mi := m.instances[id]; mi != nil {
-		mi.inst = task.Instance{ID: id, LastSeen: utc(m.cfg.Clock()).Truncate(time.Millisecond)}
+		mi.inst = task.Instance{ID: id, LastSeen: utc(m.cfg.Clock()).Truncate(time.Millisecond), Gone: true}
 		mi.expires = time.Time{}
 	}
 	return nil
@@ -212,7 +213,7 @@ func (m *Memory) Instances(_ context.Context) ([]task.Instance, error) {
 		inst := mi.inst
 		if !now.Before(mi.expires) {
 			// As in Redis: the id and the index's millisecond score only.
-			inst = task.Instance{ID: inst.ID, LastSeen: inst.LastSeen.Truncate(time.Millisecond)}
+			inst = task.Instance{ID: inst.ID, LastSeen: inst.LastSeen.Truncate(time.Millisecond), Gone: true}
 		}
 		out = append(out, inst)
 	}

@@ -87,7 +87,7 @@ func TestInstanceRegistry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := []task.Instance{b, {ID: a.ID, LastSeen: a.LastSeen}}; !reflect.DeepEqual(got, want) {
+		if want := []task.Instance{b, {ID: a.ID, LastSeen: a.LastSeen, Gone: true}}; !reflect.DeepEqual(got, want) {
 			t.Fatalf("after a's record expired: %+v\nwant %+v", got, want)
 		}
 
@@ -97,8 +97,11 @@ func TestInstanceRegistry(t *testing.T) {
 		}
 		left := e.clock.Now()
 		got, _ = e.store.Instances(ctx)
-		if want := []task.Instance{{ID: b.ID, LastSeen: left}, {ID: a.ID, LastSeen: a.LastSeen}}; !reflect.DeepEqual(got, want) {
+		if want := []task.Instance{{ID: b.ID, LastSeen: left, Gone: true}, {ID: a.ID, LastSeen: a.LastSeen, Gone: true}}; !reflect.DeepEqual(got, want) {
 			t.Fatalf("after b deregistered: %+v\nwant %+v", got, want)
+		}
+		if got[0].Alive(left, time.Hour) {
+			t.Fatalf("a deregistered instance reported alive")
 		}
 
 		// A day later, a registration prunes both.

@@ -16,9 +16,14 @@ type Instance struct {
 	TasksRunning int
 	// SingleInstance is true when it runs in single-instance mode.
 	SingleInstance bool
+	// Gone is true when its live record is gone: it deregistered at a clean
+	// shutdown, or its record expired. Only its id and last heartbeat are
+	// known then.
+	Gone bool
 }
 
-// Alive reports whether the instance heartbeated within ttl before now.
+// Alive reports whether the instance heartbeated within ttl before now and
+// has not deregistered.
 func (i Instance) Alive(now time.Time, ttl time.Duration) bool {
-	return !i.LastSeen.IsZero() && now.Sub(i.LastSeen) <= ttl
+	return !i.Gone && !i.LastSeen.IsZero() && now.Sub(i.LastSeen) <= ttl
 }
