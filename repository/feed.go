@@ -182,6 +182,13 @@ func blockFor(ctx context.Context, until time.Time) time.Duration {
 	return d
 }
 
+// shortened reports whether ctx's deadline has passed and was set inside a
+// wait that ends at until (so it, not the wait, ended the read).
+func shortened(ctx context.Context, wait time.Duration, until time.Time) bool {
+	dl, ok := ctx.Deadline()
+	return ok && wait > 0 && dl.Before(until) && errors.Is(ctx.Err(), context.DeadlineExceeded)
+}
+
 // PublishEvents appends events to the feed with XADD MAXLEN ~
 // Config.EventsMax, in one round trip (a pipeline). An event's At zero means
 // now (Config.Clock); its ID is ignored (Redis assigns it). Every event is
@@ -277,6 +284,12 @@ func (r *Redis) ReadEvents(ctx context.Context, f task.FeedFilter, wait time.Dur
 			break
 		}
 		if err != nil {
+			if shortened(ctx, wait, until) {
+				// The caller's deadline, set inside the wait, ended it:
+				// the margin above was eaten by a stalled process or a
+				// slow reply. That is the end of the wait, not an outage.
+				return out, cursor, nil
+			}
 			return nil, "", wrapErr(ctx, op, err)
 		}
 		var msgs []redis.XMessage

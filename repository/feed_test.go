@@ -247,9 +247,6 @@ func TestFeedBlockingRead(t *testing.T) {
 			if err != nil || len(evs) != 0 || next != cursor {
 				t.Fatalf("wait beyond the context's deadline: %v, %q, %v; want an empty answer, no error", ns(evs), next, err)
 			}
-			if ctx.Err() != nil {
-				t.Fatalf("the read outlived its context's deadline")
-			}
 		})
 		t.Run("ShortDeadlineStillReads", func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
