@@ -52,6 +52,10 @@ type Config struct {
 	// the calling goroutine. By default, writes made while another is in
 	// flight share the next pipeline (group commit, see groupcommit.go).
 	NoWriteBatching bool
+	// NoReadBatching sends the reads of every TaskByTenant and Task in
+	// pipelines of their own. By default, the reads of concurrent queries
+	// share pipelines (see groupcommit.go).
+	NoReadBatching bool
 	// WriteBatchMax is the most task writes one shared pipeline carries
 	// (default WriteBatchMaxDefault).
 	WriteBatchMax int

@@ -142,6 +142,13 @@
 // sent yet; if sent, it may land — as after a timeout). Config.NoWriteBatching
 // sends every write in a pipeline of its own. See groupcommit.go.
 //
+// The reads of TaskByTenant and Task (the index or taskref, the record and
+// the checkpoint) are grouped the same way with the reads of concurrent
+// queries: each step of a query waits for one exchange with Redis, shared
+// with the others in flight, so the round trips below hold per query and
+// under load many queries cost Redis and the server one read and one write
+// each side. Config.NoReadBatching turns it off.
+//
 // # Round trips
 //
 //	WriteTask, no status change          1   write_task.lua (shared with concurrent writes)

@@ -43,20 +43,29 @@ const WriteBatchMaxDefault = 128
 // The counts moves of the writes of one plan in a pipeline go in one call
 // of move_plan_counts.lua (it takes several).
 type writeReq struct {
-	ctx          context.Context
+	pending
 	wKeys, mKeys []string
 	wArgs, mArgs []any
 	ref          string
 	// The answers, set before done is closed: wt to write_task.lua, mv
-	// (status, applied) or mvErr to the counts move, err a transport error.
+	// (status, applied) or mvErr to the counts move; pending.err a
+	// transport error.
 	wt    *redis.Cmd
 	mv    []any
 	mvErr error
-	err   error
-	done  chan struct{}
+}
+
+// pending is what a batcher keeps of a request: its caller's context, its
+// transport error, and its state.
+type pending struct {
+	ctx  context.Context
+	err  error
+	done chan struct{}
 	// state: reqQueued → reqTaken (by a sender) or reqDropped (by its caller).
 	state atomic.Int32
 }
+
+func (p *pending) pend() *pending { return p }
 
 const (
 	reqQueued int32 = iota
@@ -64,18 +73,25 @@ const (
 	reqDropped
 )
 
-// writeBatcher queues the writes that arrive while a pipeline of writes is
-// in flight.
-type writeBatcher struct {
-	r   *Redis
-	max int
-	// senders is how many pipelines of writes may be in flight at once.
+// batcher groups concurrent requests into shared pipelines: a request that
+// finds fewer than senders pipelines in flight is sent at once from its
+// caller's goroutine; requests arriving meanwhile queue and go together in
+// the next pipeline (up to max of them, no timer). sendNow sends a batch in
+// one pipeline and sets every request's answers (or err). Task writes and
+// tenant reads each have one.
+type batcher[R interface{ pend() *pending }] struct {
+	max     int
 	senders int
+	sendNow func(ctx context.Context, reqs []R)
 
 	mu       sync.Mutex
 	inFlight int
-	queue    []*writeReq
+	queue    []R
 }
+
+// writeBatcher queues the writes that arrive while a pipeline of writes is
+// in flight.
+type writeBatcher = batcher[*writeReq]
 
 // send sends req and waits for its answer, in a pipeline of its own or
 // shared with concurrent writes. It returns a transport error (or the
@@ -88,39 +104,40 @@ func (r *Redis) send(req *writeReq) error {
 	return r.batcher.do(req)
 }
 
-func (b *writeBatcher) do(req *writeReq) error {
+func (b *batcher[R]) do(req R) error {
+	p := req.pend()
 	b.mu.Lock()
 	if b.inFlight < b.senders {
 		// Nothing in flight: send at once, from this goroutine.
 		b.inFlight++
 		b.mu.Unlock()
-		req.state.Store(reqTaken)
-		b.r.sendNow(req.ctx, []*writeReq{req})
+		p.state.Store(reqTaken)
+		b.sendNow(p.ctx, []R{req})
 		b.handOff()
-		return req.err
+		return p.err
 	}
-	req.done = make(chan struct{})
+	p.done = make(chan struct{})
 	b.queue = append(b.queue, req)
 	b.mu.Unlock()
 	select {
-	case <-req.done:
-		return req.err
-	case <-req.ctx.Done():
-		if !req.state.CompareAndSwap(reqQueued, reqDropped) {
-			// Taken: the write may land; its answer is dropped.
+	case <-p.done:
+		return p.err
+	case <-p.ctx.Done():
+		if !p.state.CompareAndSwap(reqQueued, reqDropped) {
+			// Taken: the request may land; its answer is dropped.
 			select {
-			case <-req.done:
-				return req.err
+			case <-p.done:
+				return p.err
 			default:
 			}
 		}
-		return req.ctx.Err()
+		return p.ctx.Err()
 	}
 }
 
-// handOff ends a send: the writes queued meanwhile go in the next pipeline,
-// sent by a goroutine of their own so that the caller returns.
-func (b *writeBatcher) handOff() {
+// handOff ends a send: the requests queued meanwhile go in the next
+// pipeline, sent by a goroutine of their own so that the caller returns.
+func (b *batcher[R]) handOff() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
@@ -131,7 +148,7 @@ func (b *writeBatcher) handOff() {
 }
 
 // loop sends the queue, a batch at a time, until it is empty.
-func (b *writeBatcher) loop() {
+func (b *batcher[R]) loop() {
 	for {
 		b.mu.Lock()
 		if len(b.queue) == 0 {
@@ -140,9 +157,9 @@ func (b *writeBatcher) loop() {
 			return
 		}
 		n := min(len(b.queue), b.max)
-		batch := make([]*writeReq, 0, n)
+		batch := make([]R, 0, n)
 		for _, req := range b.queue[:n] {
-			if req.state.CompareAndSwap(reqQueued, reqTaken) {
+			if req.pend().state.CompareAndSwap(reqQueued, reqTaken) {
 				batch = append(batch, req)
 			}
 		}
@@ -152,30 +169,44 @@ func (b *writeBatcher) loop() {
 		b.mu.Unlock()
 		if len(batch) > 0 {
 			ctx, cancel := batchContext(batch)
-			b.r.sendNow(ctx, batch)
+			b.sendNow(ctx, batch)
 			cancel()
 			for _, req := range batch {
-				close(req.done)
+				close(req.pend().done)
 			}
 		}
 	}
 }
 
+// queued returns how many requests wait for the next pipeline (tests).
+func (b *batcher[R]) queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
+// busy reports whether every sender is in flight (tests).
+func (b *batcher[R]) busy() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inFlight == b.senders
+}
+
 // batchContext returns the context a shared pipeline is sent with: no
 // cancellation (one caller giving up must not fail the others) and the
 // latest of the callers' deadlines, none if one has none.
-func batchContext(reqs []*writeReq) (context.Context, context.CancelFunc) {
+func batchContext[R interface{ pend() *pending }](reqs []R) (context.Context, context.CancelFunc) {
 	var latest time.Time
 	for _, req := range reqs {
-		d, ok := req.ctx.Deadline()
+		d, ok := req.pend().ctx.Deadline()
 		if !ok {
-			return context.WithoutCancel(reqs[0].ctx), func() {}
+			return context.WithoutCancel(reqs[0].pend().ctx), func() {}
 		}
 		if d.After(latest) {
 			latest = d
 		}
 	}
-	return context.WithDeadline(context.WithoutCancel(reqs[0].ctx), latest)
+	return context.WithDeadline(context.WithoutCancel(reqs[0].pend().ctx), latest)
 }
 
 // moveCall is one call of move_plan_counts.lua carrying the counts moves
@@ -292,3 +323,59 @@ func (r *Redis) sendNow(ctx context.Context, reqs []*writeReq) {
 // once. One keeps the batches large; two measured the same (Redis is busy
 // with the other round trips of the tasks meanwhile).
 const writeSenders = 1
+
+// Group commit of tenant reads.
+//
+// The reads of a tenant query — the index, the task record and the
+// checkpoint (TaskByTenant, Task) — share pipelines with the reads of
+// concurrent queries the same way: a query that finds no pipeline of reads
+// in flight sends at once; those arriving meanwhile go together in the
+// next one. Each query still waits for one exchange with Redis per step of
+// its own (the budget of at most two round trips per tenant query holds for
+// each), and under load Redis and the server read, parse and answer k
+// queries for the price of one read and one write on each side, as with
+// writes. Reads carry no order with writes (they never did: each goes on a
+// connection of its own).
+
+// readReq is the reads of one step of one query, sent together.
+type readReq struct {
+	pending
+	cmds []redis.Cmder
+}
+
+type readBatcher = batcher[*readReq]
+
+// readBatchMax is the most queries' reads one shared pipeline carries;
+// readSenders is how many pipelines of reads may be in flight at once.
+const (
+	readBatchMax = 128
+	readSenders  = 1
+)
+
+// readPipe sends cmds in one pipeline — shared with the reads of
+// concurrent queries unless Config.NoReadBatching — and returns a
+// transport error (or the caller's context error); each command holds its
+// answer.
+func (r *Redis) readPipe(ctx context.Context, cmds ...redis.Cmder) error {
+	if r.reads == nil {
+		req := &readReq{pending: pending{ctx: ctx}, cmds: cmds}
+		r.sendReads(ctx, []*readReq{req})
+		return req.err
+	}
+	return r.reads.do(&readReq{pending: pending{ctx: ctx}, cmds: cmds})
+}
+
+// sendReads sends the reads of reqs in one pipeline and sets each one's
+// transport error.
+func (r *Redis) sendReads(ctx context.Context, reqs []*readReq) {
+	p := r.c.Pipeline()
+	for _, req := range reqs {
+		for _, c := range req.cmds {
+			_ = p.Process(ctx, c)
+		}
+	}
+	_, err := p.Exec(ctx)
+	for _, req := range reqs {
+		req.err = transportErr(req.cmds, err)
+	}
+}

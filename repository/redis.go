@@ -31,6 +31,9 @@ type Redis struct {
 	scanMax int
 	// batcher groups concurrent task writes (nil: Config.NoWriteBatching).
 	batcher *writeBatcher
+	// reads groups concurrent tenant queries' reads (nil:
+	// Config.NoReadBatching).
+	reads *readBatcher
 	// hints remembers tenants' current task ids (nil: none).
 	hints *tenantHints
 }
@@ -52,7 +55,10 @@ func NewRedis(client redis.UniversalClient, cfg Config) (*Redis, error) {
 	}
 	r := &Redis{c: client, keys: keys, cfg: cfg, scanMax: ScanMax}
 	if !cfg.NoWriteBatching {
-		r.batcher = &writeBatcher{r: r, max: cfg.WriteBatchMax, senders: writeSenders}
+		r.batcher = &writeBatcher{max: cfg.WriteBatchMax, senders: writeSenders, sendNow: r.sendNow}
+	}
+	if !cfg.NoReadBatching {
+		r.reads = &readBatcher{max: readBatchMax, senders: readSenders, sendNow: r.sendReads}
 	}
 	if cfg.TenantHints > 0 {
 		r.hints = newTenantHints(cfg.TenantHints)

@@ -119,9 +119,9 @@ func (r *Redis) writeEncoded(ctx context.Context, tw *taskWrite, writeID string)
 	tk, _ := r.keys.taskKeys(t.TenantID, t.ID)
 	tw.timelineMax, tw.ttl, tw.newSeq = int64(r.cfg.TimelineMax), r.ttlMs(), tw.expect+1
 	req := &writeReq{
-		ctx:   ctx,
-		wKeys: []string{tk.task, tk.ckpt, tk.timeline, tk.lock, tk.index, tk.history},
-		wArgs: tw.scriptArgs(&writeID, false),
+		pending: pending{ctx: ctx},
+		wKeys:   []string{tk.task, tk.ckpt, tk.timeline, tk.lock, tk.index, tk.history},
+		wArgs:   tw.scriptArgs(&writeID, false),
 	}
 	var pk planKeys
 	if tw.moving {
@@ -145,7 +145,7 @@ func (r *Redis) writeEncoded(ctx context.Context, tw *taskWrite, writeID string)
 	if len(v) > 0 && replyInt(v[0]) == 2 {
 		// The fixed fields changed (or the record has no digest): the same
 		// write again with them. The counts update of the first attempt stands.
-		again := &writeReq{ctx: ctx, wKeys: req.wKeys, wArgs: tw.scriptArgs(&writeID, true)}
+		again := &writeReq{pending: pending{ctx: ctx}, wKeys: req.wKeys, wArgs: tw.scriptArgs(&writeID, true)}
 		if err := r.send(again); err != nil {
 			return task.WriteResult{}, wrapErr(ctx, op, err)
 		}
@@ -304,7 +304,11 @@ func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, 
 	}
 	hint := r.hints.get(tenantID)
 	if hint == "" {
-		id, err := r.c.Get(ctx, k).Result()
+		g := redis.NewStringCmd(ctx, "get", k)
+		if err := r.readPipe(ctx, g); err != nil {
+			return nil, nil, wrapErr(ctx, op, err)
+		}
+		id, err := g.Result()
 		if errors.Is(err, redis.Nil) {
 			return nil, nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
 		}
@@ -318,10 +322,9 @@ func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, 
 		return r.loadTask(ctx, op, tenantID, id)
 	}
 	tk, _ := r.keys.taskKeys(tenantID, hint)
-	pp := r.c.Pipeline()
-	g := pp.Get(ctx, k)
-	h, c := pp.HGetAll(ctx, tk.task), pp.Get(ctx, tk.ckpt)
-	if err := transportErr(pp.Exec(ctx)); err != nil {
+	g := redis.NewStringCmd(ctx, "get", k)
+	h, c := redis.NewMapStringStringCmd(ctx, "hgetall", tk.task), redis.NewStringCmd(ctx, "get", tk.ckpt)
+	if err := r.readPipe(ctx, g, h, c); err != nil {
 		return nil, nil, wrapErr(ctx, op, err)
 	}
 	id, err := g.Result()
@@ -344,14 +347,19 @@ func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, 
 }
 
 // Task returns a task by id and its checkpoint (nil if none): two round
-// trips. Returns task.ErrNotFound.
+// trips (shared with concurrent queries, see groupcommit.go). Returns
+// task.ErrNotFound.
 func (r *Redis) Task(ctx context.Context, taskID string) (*task.Task, *checkpoint.Checkpoint, error) {
 	op := "get task " + taskID
 	k, err := r.keys.TaskRef(taskID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("get task: %w", err)
 	}
-	tenant, err := r.c.Get(ctx, k).Result()
+	g := redis.NewStringCmd(ctx, "get", k)
+	if err := r.readPipe(ctx, g); err != nil {
+		return nil, nil, wrapErr(ctx, op, err)
+	}
+	tenant, err := g.Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
 	}
@@ -370,10 +378,8 @@ func (r *Redis) loadTask(ctx context.Context, op, tenantID, taskID string) (*tas
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", op, err)
 	}
-	pp := r.c.Pipeline()
-	h := pp.HGetAll(ctx, tk.task)
-	c := pp.Get(ctx, tk.ckpt)
-	if err := transportErr(pp.Exec(ctx)); err != nil {
+	h, c := redis.NewMapStringStringCmd(ctx, "hgetall", tk.task), redis.NewStringCmd(ctx, "get", tk.ckpt)
+	if err := r.readPipe(ctx, h, c); err != nil {
 		return nil, nil, wrapErr(ctx, op, err)
 	}
 	return decodeLoaded(ctx, op, tk, h, c)
