@@ -293,6 +293,12 @@ func (m *Memory) UpdatePlan(_ context.Context, p *plan.Plan, from ...plan.Status
 	if p == nil {
 		return fmt.Errorf("%w: update plan: nil plan", plan.ErrInvalid)
 	}
+	return m.updatePlan(p, from, false)
+}
+
+// updatePlan is UpdatePlan; queued marks a write-behind update, which keeps
+// the plan until releaseQueued.
+func (m *Memory) updatePlan(p *plan.Plan, from []plan.Status, queued bool) error {
 	if err := checkPlanID(p.ID); err != nil {
 		return fmt.Errorf("update plan: %w", err)
 	}
@@ -307,6 +313,9 @@ func (m *Memory) UpdatePlan(_ context.Context, p *plan.Plan, from ...plan.Status
 	}
 	if len(from) > 0 && !slices.Contains(from, mp.p.Status) {
 		return &plan.TransitionError{PlanID: p.ID, From: mp.p.Status, To: p.Status}
+	}
+	if queued {
+		mp.queued++
 	}
 	m.setPlanState(mp, p)
 	return nil
@@ -1090,24 +1099,7 @@ func (m *Memory) createQueued(p *plan.Plan, tasks []*task.Task) error {
 // updatePlanQueued is UpdatePlan for a write-behind update: the plan stays
 // until releaseQueued.
 func (m *Memory) updatePlanQueued(p *plan.Plan, from []plan.Status) error {
-	if err := checkPlanID(p.ID); err != nil {
-		return fmt.Errorf("update plan: %w", err)
-	}
-	if !p.Status.Valid() {
-		return fmt.Errorf("%w: update plan %s: status %s", plan.ErrInvalid, p.ID, task.Quote(string(p.Status)))
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	mp := m.plans[p.ID]
-	if mp == nil {
-		return fmt.Errorf("update plan %s: %w", p.ID, plan.ErrNotFound)
-	}
-	if len(from) > 0 && !slices.Contains(from, mp.p.Status) {
-		return &plan.TransitionError{PlanID: p.ID, From: mp.p.Status, To: p.Status}
-	}
-	mp.queued++
-	m.setPlanState(mp, p)
-	return nil
+	return m.updatePlan(p, from, true)
 }
 
 // requestQueued is RequestTask for a write-behind request; it reports
