@@ -153,7 +153,10 @@ func (r *taskRun) run(from int) {
 		r.ckpt = next
 		if err := r.write(task.StatusRunning, &next, false); err != nil {
 			// seed §11.1: a checkpoint that cannot be written fails the task.
+			// The record names the stage whose checkpoint failed, not the
+			// next one, which never started.
 			r.ckpt = prev
+			r.t.StageIndex, r.t.StageName = i, spec.Name
 			r.writeFailed(err, "checkpoint write failed")
 			return
 		}
@@ -337,18 +340,9 @@ func (r *taskRun) regain() bool {
 			return false
 		}
 		if r.lease.Check(0) != nil || context.Cause(r.ctx) != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
-			next, err := r.c.locks.Reacquire(ctx, r.lease)
-			cancel()
-			switch {
-			case err == nil:
-				r.lease.Forget()
-				r.hold(next)
-				r.log.Warn().Msg("lease re-acquired with the same fence after Redis came back")
-				r.addEvent(task.Event{Type: task.EventLeaseRegained, Fence: next.Fence(), Instance: r.c.cfg.Instance})
+			if ok, stop := r.retake(); ok {
 				return true
-			case errors.Is(err, tenantlock.ErrLeaseRefused) || errors.Is(err, tenantlock.ErrLocked):
-				r.leaseLost(err)
+			} else if stop != nil {
 				return false
 			}
 		}
@@ -407,7 +401,7 @@ func (r *taskRun) commit(w task.Write) error {
 	waiting := false
 	retried := false
 	for {
-		w.Guard = r.guard()
+		w.Guard, w.Events = r.guard(), r.events // a retake adds its event
 		ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
 		res, err := r.c.store.WriteTask(ctx, w)
 		cancel()
@@ -485,13 +479,17 @@ func (r *taskRun) landed(w task.Write, refused *task.RefusedError) bool {
 }
 
 // ownsRecord reports whether the stored record is still the one this run
-// wrote last (its seq, fence and owner) — or, for the start of a PENDING
-// task, still the untouched PENDING record this run read.
+// wrote last (its seq, fence and owner) — or, for the first write of a run
+// (the start of a PENDING task, the re-run write of a retry, resume or
+// takeover), still the untouched record this run read: same seq, same
+// status. Every write raises the seq, so nobody wrote the record since;
+// retake then succeeds only if nobody took the tenant's lock either (the
+// fence counter is unchanged), so taking the lease back is safe.
 func (r *taskRun) ownsRecord(w task.Write, refused *task.RefusedError) bool {
 	if refused.Seq != w.ExpectSeq {
 		return false
 	}
-	if w.PrevStatus == task.StatusPending && refused.Status == task.StatusPending {
+	if refused.Status == w.PrevStatus {
 		return true
 	}
 	return refused.Fence == w.Guard.Fence && refused.Owner == r.c.cfg.Instance
@@ -509,6 +507,7 @@ func (r *taskRun) retake() (ok bool, stop error) {
 		r.lease.Forget()
 		r.hold(next)
 		r.log.Warn().Msg("lease re-acquired with the same fence after Redis came back")
+		r.addEvent(task.Event{Type: task.EventLeaseRegained, Fence: next.Fence(), Instance: r.c.cfg.Instance})
 		return true, nil
 	case errors.Is(err, tenantlock.ErrLeaseRefused) || errors.Is(err, tenantlock.ErrLocked):
 		r.leaseLost(err)
