@@ -44,6 +44,10 @@ type planRun struct {
 	status  plan.Status
 	reason  string
 	stopped bool
+	// ended is set, under mu, when the run has decided to end: nothing
+	// enqueued from then on would run (enqueue refuses; callers start a
+	// new run).
+	ended   bool
 	queue   []planItem
 	next    int
 	running map[string]*taskRun
@@ -63,8 +67,7 @@ type planRun struct {
 func (c *Coordinator) startPlanRun(p *plan.Plan, stages []stage.Runnable, items []planItem) *planRun {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if pr, ok := c.plans[p.ID]; ok {
-		pr.enqueue(items)
+	if pr, ok := c.plans[p.ID]; ok && pr.enqueue(items) {
 		return pr
 	}
 	pr := &planRun{
@@ -78,8 +81,14 @@ func (c *Coordinator) startPlanRun(p *plan.Plan, stages []stage.Runnable, items 
 	return pr
 }
 
-func (pr *planRun) enqueue(items []planItem) {
+// enqueue adds items to the run's queue (those not queued or running
+// already); it returns false, adding nothing, when the run has ended.
+func (pr *planRun) enqueue(items []planItem) bool {
 	pr.mu.Lock()
+	if pr.ended {
+		pr.mu.Unlock()
+		return false
+	}
 	queued := make(map[string]bool, len(pr.queue)-pr.next)
 	for _, it := range pr.queue[pr.next:] {
 		queued[it.t.ID] = true
@@ -91,6 +100,7 @@ func (pr *planRun) enqueue(items []planItem) {
 	}
 	pr.cond.Broadcast()
 	pr.mu.Unlock()
+	return true
 }
 
 // signal wakes the workers waiting for the plan to be resumed.
@@ -117,7 +127,17 @@ func (pr *planRun) loop() {
 		// Before ending, make sure no PENDING task was left behind (a start
 		// that failed for good, say): the plan would stay RUNNING with no
 		// instance starting its tasks.
-		if !pr.leftovers() {
+		if pr.leftovers() {
+			continue
+		}
+		// Items enqueued after the workers left (a resume racing the
+		// run's last task) run in this run; otherwise it ends, and from
+		// now on enqueue refuses, so the caller starts a new run.
+		pr.mu.Lock()
+		more := pr.next < len(pr.queue) && pr.status == plan.StatusRunning && !pr.stopped && !pr.c.closing.Load()
+		pr.ended = !more
+		pr.mu.Unlock()
+		if !more {
 			break
 		}
 	}
@@ -218,14 +238,23 @@ func (pr *planRun) runItem(it planItem) {
 			mode = task.RetryNew
 		}
 		// The item may be stale: rerun reads the task again under the lock
-		// and enters it from its own checkpoint.
-		r, from, err := c.rerun(c.hardStop, it.t, pr.p, pr.stages, rerunSpec{mode: mode, expectSeq: -1, from: -1,
-			event: task.Event{Type: task.EventResumed, Reason: "plan resumed", Instance: c.cfg.Instance}}, pr)
-		if err != nil {
+		// and enters it from its own checkpoint. The lock of an orphan's
+		// dead owner lives until its lease ends: a takeover waits for it
+		// (a lease and a half at most) instead of dropping the task.
+		giveUp := c.now().Add(c.cfg.Lease + c.cfg.Lease/2)
+		for {
+			r, from, err := c.rerun(c.hardStop, it.t, pr.p, pr.stages, rerunSpec{mode: mode, expectSeq: -1, from: -1,
+				event: task.Event{Type: task.EventResumed, Reason: "plan resumed", Instance: c.cfg.Instance}}, pr)
+			if err == nil {
+				r.run(from)
+				return
+			}
+			if it.mode == itemTakeover && errors.Is(err, ErrTaskRunning) && c.now().Before(giveUp) && !c.closing.Load() && c.sleep(c.cfg.LockWaitPoll) {
+				continue
+			}
 			pr.log.Warn().Err(err).Str("task_id", it.t.ID).Str("tenant_id", it.t.TenantID).Msg("could not resume task")
 			return
 		}
-		r.run(from)
 	}
 }
 
@@ -494,10 +523,12 @@ func (pr *planRun) cancelQueued() {
 // loadItems lists a plan's tasks in status s as plan items.
 func (c *Coordinator) loadItems(ctx context.Context, planID string, s task.Status, mode itemMode) ([]planItem, error) {
 	var items []planItem
+	// Takeover candidates are every RUNNING task that c.orphaned calls
+	// orphaned — the rule the API answers "orphaned" by (owner not alive, or
+	// its heartbeat older than a lease) —, not only those the store's filter
+	// keeps (heartbeat older than a lease): a resume sent as soon as a task
+	// shows orphaned must take it over.
 	f := plan.TaskFilter{Status: s, Limit: plan.LimitMax}
-	if mode == itemTakeover {
-		f.Orphaned, f.OrphanAfter, f.Now = true, c.cfg.Lease, c.now()
-	}
 	for {
 		ts, next, err := c.store.PlanTasks(ctx, planID, f)
 		if err != nil {

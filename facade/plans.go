@@ -268,10 +268,10 @@ func (c *Coordinator) ResumePlan(ctx context.Context, planID string, o ResumeOpt
 		data["previousOwner"] = prevOwner
 	}
 	c.publishPlan(p, "plan.resumed", &a, o.Reason, data)
-	if local != nil {
-		local.enqueue(items)
+	if local != nil && local.enqueue(items) {
 		local.apply(plan.StatusRunning, "")
 	} else {
+		// No run here, or it ended since it was looked up.
 		c.startPlanRun(p, stages, items)
 	}
 	return c.Plan(ctx, planID)
