@@ -190,6 +190,39 @@ func (c *Coordinator) publishPlan(p *plan.Plan, typ string, a *Actor, reason str
 	c.pub.publish(task.FeedEvent{Type: typ, At: c.now().UTC(), PlanID: p.ID, Data: data})
 }
 
+// EventOperatorRefused is the feed type of an operator action that was
+// refused or failed (see RecordRefusal).
+const EventOperatorRefused = "operator.refused"
+
+// Refusal is an operator action the API did not carry out: who asked (an
+// authenticated caller), what (method and route), on what, why, and how it
+// ended.
+type Refusal struct {
+	Actor    Actor
+	Action   string
+	PlanID   string
+	TenantID string
+	Reason   string
+	Status   int
+	Code     string
+}
+
+// RecordRefusal publishes an operator.refused feed event: the audit trail of
+// an operator action that was refused or failed. Actions carried out are
+// recorded by the action itself (task timeline and feed); a refused one
+// changed nothing, so only the feed (and the server's audit log) has it.
+func (c *Coordinator) RecordRefusal(r Refusal) {
+	data := map[string]any{"actor": actorName(r.Actor), "role": r.Actor.Role, "requestId": r.Actor.RequestID,
+		"clientAddr": r.Actor.Addr, "action": r.Action, "status": r.Status, "instance": c.cfg.Instance}
+	if r.Reason != "" {
+		data["reason"] = r.Reason
+	}
+	if r.Code != "" {
+		data["code"] = r.Code
+	}
+	c.pub.publish(task.FeedEvent{Type: EventOperatorRefused, At: c.now().UTC(), PlanID: r.PlanID, TenantID: r.TenantID, Data: data})
+}
+
 // planStatusSeen publishes plan.completed / plan.failed / plan.running when
 // a task write moved the plan's derived status.
 func (c *Coordinator) planStatusSeen(planID string, s plan.Status) {

@@ -6,6 +6,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/rs/zerolog/hlog"
+
+	"github.com/deploycoord/deploycoord/facade"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
 )
 
 // auditRequest writes the audit line of a mutating request, or of any
@@ -31,6 +35,23 @@ func (a *api) auditRequest(r *http.Request, info *requestInfo, route string, sta
 	}
 	ev.Str("actor", info.actor).Str("role", string(info.role)).Str("action", r.Method+" "+route).
 		Str("reason", info.reason).Str("client_addr", info.client).Int("status", status).Msg("audit")
+	// A refused or failed action of an authenticated caller also goes to
+	// the event feed. Unauthenticated (401) and rate-limited (429) requests
+	// stay in the log only, so that nobody can flood the bounded feed.
+	if status >= 400 && info.actor != "" && status != http.StatusUnauthorized && status != http.StatusTooManyRequests &&
+		status != statusClientClosed && a.svc != nil {
+		// A reason that was refused for what it holds (control characters,
+		// say) goes to the feed quoted, never raw.
+		reason := info.reason
+		if reason != "" && plan.CheckReason(reason) != nil {
+			reason = task.Quote(reason)
+		}
+		a.svc.RecordRefusal(facade.Refusal{
+			Actor:  facade.Actor{Name: info.actor, Role: string(info.role), RequestID: info.id, Addr: info.client},
+			Action: r.Method + " " + route, PlanID: info.planID, TenantID: info.tenantID, Reason: reason,
+			Status: status, Code: info.code,
+		})
+	}
 }
 
 // noteReason records the reason of a request's body for the audit log.

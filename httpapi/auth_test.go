@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/deploycoord/deploycoord/facade"
 	"github.com/deploycoord/deploycoord/httpapi"
 )
@@ -54,6 +56,7 @@ func endpoints() []endpoint {
 		{request{method: "POST", path: pp + "/pause", body: reason}, 200, true},
 		{request{method: "POST", path: pp + "/resume", body: reason}, 200, true},
 		{request{method: "POST", path: pp + "/cancel", body: reason}, 200, true},
+		{request{method: "POST", path: pp + "/repair-counts", body: reason}, 200, true},
 		{request{method: "POST", path: "/v1/tenants:status", body: `{"tenantIds": ["t-001"]}`}, 200, false},
 		{request{method: "GET", path: tp + "/task"}, 200, false},
 		{request{method: "GET", path: tp + "/checkpoint"}, 200, false},
@@ -67,6 +70,72 @@ func endpoints() []endpoint {
 		{request{method: "GET", path: tp + "/lock"}, 200, false},
 		{request{method: "DELETE", path: tp + "/lock", body: `{"reason": "INC-1", "expectedFence": 7}`}, 200, true},
 		{request{method: "GET", path: "/v1/tasks/" + taskID}, 200, false},
+		{request{method: "GET", path: "/v1/events"}, 200, false},
+		{request{method: "GET", path: "/v1/instances"}, 200, false},
+	}
+}
+
+// openRoutes are the routes served outside the /v1 authentication: GET
+// path → whether a client off loopback needs a token (any valid token; a
+// viewer's will do).
+var openRoutes = map[string]bool{
+	"/healthz":      false,
+	"/readyz":       false,
+	"/openapi.yaml": false,
+	"/metrics":      true,
+}
+
+// TestAuthTableCoversRouter fails when the router serves a route that has
+// no row in endpoints() (the per-role table of TestAuthRoles) or in
+// openRoutes, or when a row names no route: a new route must say which
+// roles may call it.
+func TestAuthTableCoversRouter(t *testing.T) {
+	t.Parallel()
+	h, _ := newAPI(t, newFake(), httpapi.Config{Tokens: testTokens()})
+	routes, ok := h.(chi.Routes)
+	if !ok {
+		t.Fatalf("httpapi.New returned a %T, not a chi router", h)
+	}
+	rows := map[string]bool{} // "METHOD pattern" of every row
+	for _, ep := range endpoints() {
+		path, _, _ := strings.Cut(ep.req.path, "?")
+		pattern := routes.Find(chi.NewRouteContext(), ep.req.method, path)
+		if pattern == "" {
+			t.Errorf("row %s %s matches no route of the router", ep.req.method, ep.req.path)
+			continue
+		}
+		key := ep.req.method + " " + pattern
+		if rows[key] {
+			t.Errorf("two rows of endpoints() for %s", key)
+		}
+		rows[key] = true
+	}
+	for path := range openRoutes {
+		key := "GET " + path
+		if rows[key] {
+			t.Errorf("%s is both in endpoints() and in openRoutes", key)
+		}
+		rows[key] = true
+	}
+	walked := map[string]bool{}
+	err := chi.Walk(routes, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		key := method + " " + strings.TrimSuffix(route, "/*")
+		walked[key] = true
+		if !rows[key] {
+			t.Errorf("route %s has no row in endpoints() (nor in openRoutes): add one saying which roles may call it", key)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key := range rows {
+		if !walked[key] {
+			t.Errorf("the table lists %s, which the router does not serve", key)
+		}
+	}
+	if len(walked) < 25 {
+		t.Errorf("only %d routes walked: %v", len(walked), walked)
 	}
 }
 
@@ -127,12 +196,48 @@ func TestAuthRoles(t *testing.T) {
 	}
 }
 
+// TestAuthOpenRoutes: the open routes answer every caller, whatever its
+// token, without calling the service — but /metrics off loopback wants a
+// valid token (401 without one).
 func TestAuthOpenRoutes(t *testing.T) {
 	t.Parallel()
-	h, _ := newAPI(t, newFake(), httpapi.Config{Tokens: testTokens(), Ready: func(context.Context) error { return nil }})
-	for _, p := range []string{"/healthz", "/readyz", "/openapi.yaml"} {
-		if a := serve(t, h, request{method: "GET", path: p}); a.Status != 200 {
-			t.Errorf("GET %s without a token = %d, want 200", p, a.Status)
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintln(w, "deploycoord_up 1")
+	})
+	creds := []struct {
+		name   string
+		header map[string]string
+		valid  bool
+	}{
+		{"NoToken", nil, false},
+		{"BadToken", bearer(unknownSecret), false},
+		{"NotBearer", map[string]string{"Authorization": "Basic " + opsSecret}, false},
+		{"Viewer", bearer(viewerSecret), true},
+		{"Operator", bearer(opsSecret), true},
+	}
+	for path, needsToken := range openRoutes {
+		for _, remote := range []string{"192.0.2.1:4000", "127.0.0.1:4000", "[::1]:4000"} {
+			for _, cr := range creds {
+				svc := newFake()
+				h, _ := newAPI(t, svc, httpapi.Config{Tokens: testTokens(), Metrics: metrics, Ready: func(context.Context) error { return nil }})
+				a := serve(t, h, request{method: "GET", path: path, header: cr.header, remote: remote})
+				loopback := !strings.HasPrefix(remote, "192.")
+				want := http.StatusOK
+				if needsToken && !loopback && !cr.valid {
+					want = http.StatusUnauthorized
+				}
+				if a.Status != want {
+					t.Errorf("GET %s from %s with %s = %d, want %d: %s", path, remote, cr.name, a.Status, want, a.Body)
+					continue
+				}
+				if want == http.StatusUnauthorized {
+					a.problem(t, 401, httpapi.CodeUnauthenticated)
+				}
+				if svc.Calls() != 0 {
+					t.Errorf("GET %s called the service %d times", path, svc.Calls())
+				}
+			}
 		}
 	}
 }
@@ -474,5 +579,69 @@ func TestObserve(t *testing.T) {
 	defer mu.Unlock()
 	if fmt.Sprint(seen) != fmt.Sprint(want) {
 		t.Errorf("observed %v, want %v", seen, want)
+	}
+}
+
+// TestRefusalsReachTheFeed: an operator action that was refused or failed
+// is recorded for the event feed (operator.refused) with who, what, on
+// what, why and how it ended; unauthenticated requests and actions carried
+// out are not.
+func TestRefusalsReachTheFeed(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		req  request
+		err  error
+		want *facade.Refusal // nil: no refusal recorded
+	}{
+		{"ChangeOK", request{method: "POST", path: "/v1/tenants/t-001/pause", body: `{"reason": "hold"}`, header: bearer(opsSecret)}, nil, nil},
+		{"Conflict", request{method: "POST", path: "/v1/tenants/t-001/retry", body: `{"reason": "INC-5 again"}`, header: bearer(opsSecret)}, facade.ErrTaskRunning,
+			&facade.Refusal{Actor: facade.Actor{Name: "ops", Role: "operator"}, Action: "POST /v1/tenants/{tenantId}/retry", TenantID: "t-001",
+				Reason: "INC-5 again", Status: 409, Code: httpapi.CodeTaskRunning}},
+		{"BadBody", request{method: "POST", path: "/v1/plans/" + planID + "/cancel", body: `{"reason": "x", "bogus": 1}`, header: bearer(opsSecret)}, nil,
+			&facade.Refusal{Actor: facade.Actor{Name: "ops", Role: "operator"}, Action: "POST /v1/plans/{planId}/cancel", PlanID: planID, Status: 400}},
+		{"ViewerDenied", request{method: "POST", path: "/v1/tenants/t-001/cancel", body: `{"reason": "r"}`, header: bearer(viewerSecret)}, nil,
+			&facade.Refusal{Actor: facade.Actor{Name: "watcher", Role: "viewer"}, Action: "POST /v1/tenants/{tenantId}/cancel", TenantID: "t-001",
+				Status: 403, Code: httpapi.CodePermissionDenied}},
+		{"UnknownToken", request{method: "POST", path: "/v1/tenants/t-001/cancel", body: `{"reason": "r"}`, header: bearer(unknownSecret)}, nil, nil},
+		{"NoToken", request{method: "DELETE", path: "/v1/tenants/t-001/lock", body: `{"reason": "r", "expectedFence": 1}`}, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake()
+			f.Err = tt.err
+			h, _ := newAPI(t, f, httpapi.Config{Tokens: testTokens()})
+			rq := tt.req
+			rq.header = map[string]string{"X-Request-Id": "req-" + tt.name}
+			for k, v := range tt.req.header {
+				rq.header[k] = v
+			}
+			serve(t, h, rq)
+			got := f.Refusals()
+			if tt.want == nil {
+				if len(got) != 0 {
+					t.Fatalf("refusals recorded: %+v, want none", got)
+				}
+				return
+			}
+			if len(got) != 1 {
+				t.Fatalf("%d refusals recorded, want 1: %+v", len(got), got)
+			}
+			r, want := got[0], *tt.want
+			if r.Actor.RequestID != "req-"+tt.name || r.Actor.Addr == "" {
+				t.Errorf("refusal lacks the request id or client address: %+v", r)
+			}
+			r.Actor.RequestID, r.Actor.Addr = "", ""
+			if want.Code == "" {
+				want.Code = r.Code // a decoding error's code is checked elsewhere
+				if r.Code == "" {
+					t.Errorf("refusal without a problem code: %+v", r)
+				}
+			}
+			if r != want {
+				t.Errorf("refusal %+v, want %+v", r, want)
+			}
+		})
 	}
 }

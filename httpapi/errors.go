@@ -114,6 +114,7 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, status int, code, deta
 		Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code,
 		Detail: strings.ToValidUTF8(detail, string(utf8.RuneError)), RequestID: RequestID(r.Context()),
 	}
+	infoOf(r).code = code
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("X-Content-Type-Options", "nosniff")

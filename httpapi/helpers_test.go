@@ -212,6 +212,7 @@ type fakeService struct {
 	InstancesV []facade.InstanceView
 	RetryRes   facade.RetryResult
 	Next       string
+	refusals   []facade.Refusal
 	// ByTenant, when set, answers TaskByTenant and TasksByTenant (a tenant
 	// whose lookup is not found is absent).
 	ByTenant func(ctx context.Context, tenantID string) (facade.TaskView, error)
@@ -530,3 +531,18 @@ func (s *syncBuffer) Lines(t *testing.T, msg string) []map[string]any {
 }
 
 var errBoom = errors.New("redis: connection pool exhausted at 10.0.0.7:6379")
+
+// RecordRefusal keeps the refusal; it is not counted as a call (the
+// routes' tests count the calls a request makes to the service).
+func (f *fakeService) RecordRefusal(r facade.Refusal) {
+	f.mu.Lock()
+	f.refusals = append(f.refusals, r)
+	f.mu.Unlock()
+}
+
+// Refusals returns the refusals recorded so far.
+func (f *fakeService) Refusals() []facade.Refusal {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]facade.Refusal(nil), f.refusals...)
+}

@@ -58,6 +58,8 @@ type requestInfo struct {
 	// a stored one.
 	idemKey  string
 	replayed bool
+	// code is the problem code of an error answer.
+	code string
 }
 
 // infoOf returns the request's info (a blank one outside this package's

@@ -96,4 +96,7 @@ type Service interface {
 	// Instances lists the coordinator instances seen recently, newest
 	// first. Returns ErrUnavailable.
 	Instances(ctx context.Context) ([]facade.InstanceView, error)
+	// RecordRefusal records an operator action that was refused or failed
+	// in the event feed (operator.refused). It never blocks.
+	RecordRefusal(r facade.Refusal)
 }
