@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -57,7 +59,17 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, dst any) er
 		}
 		break
 	}
-	dec := json.NewDecoder(body)
+	// The whole body (bounded by limit) is read first: encoding/json would
+	// silently turn bytes that are not UTF-8 into U+FFFD, and a reason or a
+	// name must arrive as sent or not at all.
+	data, err := io.ReadAll(body)
+	if err != nil {
+		return readError(err)
+	}
+	if !utf8.Valid(data) {
+		return badRequest("request body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		return decodeError(err)
