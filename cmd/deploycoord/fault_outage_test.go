@@ -252,7 +252,7 @@ func stuck(n *node, planID string, p httpapi.Plan) bool {
 func TestFaultSingleInstanceOutage(t *testing.T) {
 	t.Parallel()
 	if !supports(t, "DEPLOYCOORD_SINGLE_INSTANCE") {
-		t.Skip("DEPLOYCOORD_SINGLE_INSTANCE is not a setting of cmd/deploycoord yet")
+		t.Fatal("DEPLOYCOORD_SINGLE_INSTANCE is not a setting of cmd/deploycoord (-h does not list it)")
 	}
 	srv := redistest.StartServer(t)
 	d := newDrill(t, srv, "DEPLOYCOORD_SINGLE_INSTANCE=true")

@@ -176,6 +176,40 @@ func TestRunErrors(t *testing.T) {
 	}
 }
 
+// TestRunRefusesHostilePipelines: a pipelines file whose pipeline or stage
+// names hold braces, colons, globs or control characters, or whose stages
+// are unknown or duplicated, stops the server at start with an error naming
+// the pipeline; nothing listens.
+func TestRunRefusesHostilePipelines(t *testing.T) {
+	t.Parallel()
+	stage := "    stages:\n      - {name: a, kind: noop}\n"
+	tests := []struct{ name, content, want string }{
+		{"PipelineNameBraces", "pipelines:\n  'a{b}':\n" + stage, `"a{b}"`},
+		{"PipelineNameColon", "pipelines:\n  'a:b':\n" + stage, `"a:b"`},
+		{"PipelineNameGlob", "pipelines:\n  'a*?':\n" + stage, `"a*?"`},
+		{"PipelineNameControl", "pipelines:\n  \"a\\x1b[2Jb\":\n" + stage, `\x1b`},
+		{"PipelineNameLong", "pipelines:\n  " + strings.Repeat("p", 300) + ":\n" + stage, "pipeline name"},
+		{"StageNameControl", "pipelines:\n  x:\n    stages:\n      - {name: \"a\\nb\", kind: noop}\n", "pipeline x"},
+		{"StageNameGlob", "pipelines:\n  x:\n    stages:\n      - {name: 'a*{b}', kind: noop}\n", "pipeline x"},
+		{"StageDuplicate", "pipelines:\n  x:\n    stages:\n      - {name: a, kind: noop}\n      - {name: a, kind: noop}\n", "used twice"},
+		{"UnknownKind", "pipelines:\n  x:\n    stages:\n      - {name: a, kind: teleport}\n", "pipeline x"},
+		{"NoStages", "pipelines:\n  x:\n    stages: []\n", "no stages"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := writeFile(t, "pipelines.yaml", tt.content)
+			m, _, err := runMain(t, "-pipelines", path)
+			if err == nil {
+				t.Fatalf("Run started on %s with a hostile pipelines file", m.Addr)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
 const execPipelines = `pipelines:
   migrate:
     stages:

@@ -84,6 +84,9 @@ func TestLoadPipelinesErrors(t *testing.T) {
 		{"ErrNonStringKey", "pipelines:\n  x:\n    stages:\n      - {name: a, kind: noop, 1: one}\n", []string{"map key 1 is not a string"}},
 		{"ErrNoPipelines", "# nothing yet\n", []string{"no pipelines defined"}},
 		{"ErrBadDuration", "pipelines:\n  x:\n    stages:\n      - {name: a, kind: sleep, timeout: soon}\n", []string{"invalid duration"}},
+		{"ErrAliasBomb", "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n" +
+			"d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\ne: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]\n" +
+			"g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]\nh: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]\npipelines:\n  x:\n    stages: *h\n", []string{"yaml"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
