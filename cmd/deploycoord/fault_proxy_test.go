@@ -140,18 +140,23 @@ func TestFaultProxyBlackhole(t *testing.T) {
 				"ticker again — two instances deployed the tenant at once",
 			cutCall.End.Sub(tk.at), stageCut, limit)
 	}
-	// The stage is cut a guard (lease/10) before the lease would end; allow
-	// half of it again for scheduling on a loaded machine.
-	if stageCut > limit+drillLease/20 {
+	// The stage is cut a guard (lease/10) before the lease would end
+	// (measured 225–243ms before the takeover). What makes the drill fail
+	// is the overlap checked above; this bound only catches a cut that
+	// waits for something else (a socket timeout), with a quarter lease of
+	// scheduling delay allowed on a loaded machine.
+	if stageCut > limit+drillLease/4 {
 		t.Errorf("owner's stage cut %s after the blackhole, want before its lease ends in Redis (%s after)", stageCut, limit)
 	}
-	// The heartbeats sent into the silent link return within their
-	// deadline (the lease's end), with an error: no call hangs on the dead
-	// connection (ContextTimeoutEnabled).
+	// The heartbeats sent into the silent link return with an error at
+	// their deadline (the lease's end; measured 1.96s of 2s): no call hangs
+	// on the dead connection (ContextTimeoutEnabled). A hang would last a
+	// socket timeout (10s and more); the bound leaves a loaded machine a
+	// whole lease of scheduling delay.
 	beat := a.waitLog(cutOff, 3*drillLease, "heartbeat failed")
 	d.figure("blackhole → owner's heartbeat returns with an error", beat.At.Sub(cutOff))
-	if took := beat.At.Sub(cutOff); took > drillLease+drillLease/10 {
-		t.Errorf("owner's heartbeat failed %s after the blackhole, want within its deadline (the lease, %s): %s", took, drillLease, beat.Raw)
+	if took := beat.At.Sub(cutOff); took > 2*drillLease {
+		t.Errorf("owner's heartbeat failed %s after the blackhole, want at its deadline (the lease, %s), not after a socket timeout: %s", took, drillLease, beat.Raw)
 	}
 	if took.Owner != "coord-b" || took.Attempt != 2 || took.Fence <= first.Fence {
 		t.Fatalf("takeover: owner %s attempt %d fence %d, want coord-b 2 above %d", took.Owner, took.Attempt, took.Fence, first.Fence)
