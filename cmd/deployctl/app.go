@@ -422,6 +422,23 @@ func onePlanID(pos []string) (string, error) {
 	return "", usagef("unexpected arguments %q: only one plan id is taken", pos[1:])
 }
 
+// parseNoArgs parses a command's flags and refuses positional arguments.
+func (a *app) parseNoArgs(fs *flag.FlagSet, args []string) error {
+	pos, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	return noArgs(pos)
+}
+
+// parseTenant is parseNoArgs for a command about one tenant (--tenant).
+func (a *app) parseTenant(fs *flag.FlagSet, args []string, tenant *string) error {
+	if err := a.parseNoArgs(fs, args); err != nil {
+		return err
+	}
+	return checkTenant(*tenant)
+}
+
 func noArgs(pos []string) error {
 	if len(pos) > 0 {
 		return usagef("unexpected arguments %q", pos)

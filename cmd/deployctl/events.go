@@ -61,11 +61,7 @@ func (a *app) events(ctx context.Context, fs *flag.FlagSet, args []string) error
 	after := fs.String("after", "", "start after this cursor (a nextCursor printed before)")
 	limit := fs.Int("limit", eventsLimitDefault, "events per request (1.."+strconv.Itoa(eventsLimitMax)+")")
 	wait := fs.Duration("wait", eventsWaitDefault, "long-poll wait of each --follow request")
-	pos, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
+	if err := a.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	q := url.Values{}

@@ -50,11 +50,7 @@ func (a *app) planCreate(ctx context.Context, fs *flag.FlagSet, args []string) e
 	file := fs.String("f", "", "plan file, YAML or JSON (- reads stdin)")
 	watch := fs.Bool("watch", false, "then follow the plan until it ends")
 	interval := fs.Duration("interval", watchIntervalDefault, "refresh interval of --watch")
-	pos, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
+	if err := a.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if *file == "" {
@@ -402,11 +398,7 @@ func (a *app) planList(ctx context.Context, fs *flag.FlagSet, args []string) err
 	limit := fs.Int("limit", 0, "page size (server default when 0; 1.."+strconv.Itoa(plan.LimitMax)+")")
 	cursor := fs.String("cursor", "", "continue a listing from this cursor")
 	all := fs.Bool("all", false, "follow the cursor to the last page")
-	pos, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
+	if err := a.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	q := url.Values{}

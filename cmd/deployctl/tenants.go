@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/deploycoord/deploycoord/facade"
 	"github.com/deploycoord/deploycoord/httpapi"
 	"github.com/deploycoord/deploycoord/task"
 )
@@ -23,11 +24,7 @@ const statusChunk = httpapi.MaxStatusTenants
 func (a *app) status(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	tenant := fs.String("tenant", "", "tenant id")
 	file := fs.String("tenants-file", "", "file with one tenant id a line (# starts a comment; - reads stdin)")
-	pos, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
+	if err := a.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	switch {
@@ -238,14 +235,7 @@ func (a *app) printTaskDetail(d httpapi.TaskDetail) error {
 func (a *app) timeline(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	tenant := fs.String("tenant", "", "tenant id (required)")
 	limit := fs.Int("limit", 0, "the last N entries (0: all the server keeps)")
-	pos, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
-		return err
-	}
-	if err := checkTenant(*tenant); err != nil {
+	if err := a.parseTenant(fs, args, tenant); err != nil {
 		return err
 	}
 	if *limit < 0 || *limit > task.MaxTimeline {
@@ -313,17 +303,6 @@ func eventDetail(e task.Event) string {
 	return cell(strings.Join(parts, "; "))
 }
 
-// retryBody is the body of POST /v1/tenants/{tenantId}/retry (API.md).
-type retryBody struct {
-	FromCheckpoint  *bool          `json:"fromCheckpoint,omitempty"`
-	FromStage       string         `json:"fromStage,omitempty"`
-	SkipStage       bool           `json:"skipStage,omitempty"`
-	Outputs         map[string]any `json:"outputs,omitempty"`
-	DryRun          bool           `json:"dryRun,omitempty"`
-	ExpectedAttempt int            `json:"expectedAttempt,omitempty"`
-	Reason          string         `json:"reason"`
-}
-
 func (a *app) retry(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	tenant := fs.String("tenant", "", "tenant id (required)")
 	fromCheckpoint := fs.Bool("from-checkpoint", false, "mode: resume after the last checkpointed stage")
@@ -335,17 +314,10 @@ func (a *app) retry(ctx context.Context, fs *flag.FlagSet, args []string) error 
 	dryRun := fs.Bool("dry-run", false, "only show which stages would run; change nothing")
 	expected := fs.Int("expected-attempt", 0, "refuse (exit 4) unless the task's attempt is N: guards against double retries")
 	key := fs.String("idempotency-key", "", "Idempotency-Key header: a repeated request gets the first answer")
-	pos, err := a.parse(fs, args)
-	if err != nil {
+	if err := a.parseTenant(fs, args, tenant); err != nil {
 		return err
 	}
-	if err := noArgs(pos); err != nil {
-		return err
-	}
-	if err := checkTenant(*tenant); err != nil {
-		return err
-	}
-	body := retryBody{Reason: *reason, DryRun: *dryRun, ExpectedAttempt: *expected}
+	body := facade.RetryRequest{Reason: *reason, DryRun: *dryRun, ExpectedAttempt: *expected}
 	var modes []string
 	if *fromCheckpoint {
 		modes = append(modes, "--from-checkpoint")
@@ -459,14 +431,7 @@ func taskAction(verb string) func(a *app, ctx context.Context, fs *flag.FlagSet,
 
 func (a *app) lockShow(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	tenant := fs.String("tenant", "", "tenant id (required)")
-	pos, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
-		return err
-	}
-	if err := checkTenant(*tenant); err != nil {
+	if err := a.parseTenant(fs, args, tenant); err != nil {
 		return err
 	}
 	var l httpapi.Lock
@@ -496,14 +461,7 @@ func (a *app) lockRelease(ctx context.Context, fs *flag.FlagSet, args []string) 
 	tenant := fs.String("tenant", "", "tenant id (required)")
 	fence := fs.Int64("expected-fence", 0, "the fence lock show printed (required): the lock is released only if it still has it")
 	reason := fs.String("reason", "", "why (required; recorded in the audit trail)")
-	pos, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(pos); err != nil {
-		return err
-	}
-	if err := checkTenant(*tenant); err != nil {
+	if err := a.parseTenant(fs, args, tenant); err != nil {
 		return err
 	}
 	if *fence <= 0 {
