@@ -29,7 +29,7 @@ import (
 // sectionNames lists the sections in the order they run.
 // "plan" is the throughput section without asynq (for profiling
 // deploycoord alone); "all" does not include it.
-var sectionNames = []string{"rtt", "create", "throughput", "query", "memory"}
+var sectionNames = []string{"rtt", "create", "throughput", "query", "memory", "scripts"}
 
 var extraSections = []string{"plan"}
 
@@ -272,6 +272,12 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 			return err
 		}
 		r.mem = &res
+	case "scripts":
+		res, err := e.measureScripts(ctx, 200)
+		if err != nil {
+			return err
+		}
+		r.scripts = res
 	}
 	return nil
 }

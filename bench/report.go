@@ -29,6 +29,7 @@ type report struct {
 	asynq   []asynqRun
 	query   *queryResult
 	mem     *memResult
+	scripts []scriptCost
 }
 
 // row is one line of the table.
@@ -244,6 +245,13 @@ func (r *report) tables() []table {
 			row{"after the plan finished", mib(m.after) + fmt.Sprintf(", %d goroutines", m.goroutinesAfter), "close to idle", verdict(m.after < m.idle+m.idle/2+(4<<20))},
 			row{"  run time of the plan (GC forced every sample)", ms(m.took), "", ""},
 		)
+		out = append(out, t)
+	}
+	if len(r.scripts) > 0 {
+		t := table{title: "Redis CPU per call, in pipelines of 100 (the cost model of a task's scripts)"}
+		for _, c := range r.scripts {
+			t.rows = append(t.rows, row{c.what, fmt.Sprintf("%.1f µs", float64(c.per)/float64(time.Microsecond)), "", ""})
+		}
 		out = append(out, t)
 	}
 	return out

@@ -16,6 +16,7 @@ import (
 
 	"github.com/deploycoord/deploycoord/facade"
 	"github.com/deploycoord/deploycoord/httpapi"
+	"github.com/deploycoord/deploycoord/internal/redistest"
 )
 
 // Kinds of round trips the classifier tells apart.
@@ -160,26 +161,6 @@ func diffShares(a, b map[string]float64) map[string]float64 {
 	return out
 }
 
-// handshake reports whether cmd is one go-redis sends while it sets up a
-// connection (as in internal/redistest).
-func handshake(cmd redis.Cmder) bool {
-	switch cmd.Name() {
-	case "hello", "auth", "select", "readonly":
-		return true
-	case "client":
-		args := cmd.Args()
-		if len(args) < 2 {
-			return false
-		}
-		sub, _ := args[1].(string)
-		switch strings.ToLower(sub) {
-		case "setname", "setinfo", "tracking", "maint_notifications":
-			return true
-		}
-	}
-	return false
-}
-
 // scriptCall is a script call's keys and arguments.
 type scriptCall struct {
 	keys []string
@@ -305,7 +286,7 @@ func classify(cmds []redis.Cmder) string {
 	seen := map[string]bool{}
 	moveStatus := ""
 	for _, cmd := range cmds {
-		if handshake(cmd) {
+		if redistest.Handshake(cmd) {
 			continue
 		}
 		name := cmd.Name()

@@ -269,9 +269,9 @@ type Counter struct {
 	cmds atomic.Int64
 }
 
-// handshake reports whether cmd is one that go-redis sends while it sets up
-// a new connection.
-func handshake(cmd redis.Cmder) bool {
+// Handshake reports whether cmd is one that go-redis sends while it sets up
+// a new connection (the benchmark command's counter skips them too).
+func Handshake(cmd redis.Cmder) bool {
 	switch cmd.Name() {
 	case "hello", "auth", "select", "readonly":
 		return true
@@ -311,7 +311,7 @@ func (c *Counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 // ProcessHook implements redis.Hook.
 func (c *Counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !handshake(cmd) {
+		if !Handshake(cmd) {
 			c.n.Add(1)
 			c.cmds.Add(1)
 		}
@@ -325,7 +325,7 @@ func (c *Counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		n := int64(0)
 		for _, cmd := range cmds {
-			if !handshake(cmd) {
+			if !Handshake(cmd) {
 				n++
 			}
 		}
