@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,7 +15,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -105,102 +102,11 @@ func newCluster(t *testing.T, env ...string) *cluster {
 	return &cluster{t: t, prefix: prefix, env: append(base, env...)}
 }
 
-// instance is one running deploycoord process.
-type instance struct {
-	t    *testing.T
-	name string
-	cmd  *exec.Cmd
-	base string // http://127.0.0.1:port
-	out  *lineLog
-	done chan struct{}
-	err  error // from Wait, once done is closed
-}
-
-// lineLog collects a process's output lines, safe for concurrent use.
-type lineLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *lineLog) add(s string) {
-	l.mu.Lock()
-	l.lines = append(l.lines, s)
-	l.mu.Unlock()
-}
-
-func (l *lineLog) all() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.lines)
-}
-
-// Write implements io.Writer (for stderr), one line per call at most.
-func (l *lineLog) Write(p []byte) (int, error) {
-	for _, s := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
-		l.add("stderr: " + s)
-	}
-	return len(p), nil
-}
-
 // start starts instance name with the cluster's environment plus env (later
-// entries win) and waits for its "listening" log line.
-func (c *cluster) start(name string, env ...string) *instance {
-	t := c.t
-	t.Helper()
-	cmd := exec.Command(binary(t))
-	cmd.Env = append(append(append(cleanEnv(), c.env...), "DEPLOYCOORD_INSTANCE_ID="+name), env...)
-	in := &instance{t: t, name: name, cmd: cmd, out: &lineLog{}, done: make(chan struct{})}
-	cmd.Stderr = in.out
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			in.out.add(line)
-			var l struct{ Message, Addr string }
-			if json.Unmarshal([]byte(line), &l) == nil && l.Message == "listening" {
-				select {
-				case addr <- l.Addr:
-				default:
-				}
-			}
-		}
-		in.err = cmd.Wait()
-		close(in.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-in.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-in.done
-		}
-		if t.Failed() {
-			for _, l := range in.out.all() {
-				// Successful requests' access log lines are noise here.
-				if !strings.Contains(l, `"message":"request"`) || !strings.Contains(l, `"status":2`) {
-					t.Logf("[%s] %s", name, l)
-				}
-			}
-		}
-	})
-	select {
-	case a := <-addr:
-		in.base = "http://" + a
-	case <-in.done:
-		t.Fatalf("%s exited before listening: %v\n%s", name, in.err, strings.Join(in.out.all(), "\n"))
-	case <-time.After(20 * time.Second):
-		t.Fatalf("%s did not log \"listening\" within 20s\n%s", name, strings.Join(in.out.all(), "\n"))
-	}
-	return in
+// entries win) and waits until it listens.
+func (c *cluster) start(name string, env ...string) *node {
+	c.t.Helper()
+	return startNode(c.t, name, append(slices.Clone(c.env), env...))
 }
 
 // cleanEnv is the test's environment without any DEPLOYCOORD_ setting.
@@ -214,151 +120,11 @@ func cleanEnv() []string {
 	return env
 }
 
-// terminate sends SIGTERM and waits for the process to exit; it returns the
-// exit code.
-func (in *instance) terminate() int {
-	in.t.Helper()
-	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		in.t.Fatalf("SIGTERM %s: %v", in.name, err)
-	}
-	return in.wait()
-}
-
-// stop sends SIGTERM and requires a clean exit (status 0).
-func (in *instance) stop() {
-	in.t.Helper()
-	if code := in.terminate(); code != 0 {
-		in.t.Fatalf("%s exited with status %d after SIGTERM, want 0\n%s", in.name, code, strings.Join(in.out.all(), "\n"))
-	}
-}
-
-// kill sends SIGKILL (a crash) and waits for the process to go.
-func (in *instance) kill() {
-	in.t.Helper()
-	_ = in.cmd.Process.Kill()
-	in.wait()
-}
-
-func (in *instance) wait() int {
-	in.t.Helper()
-	select {
-	case <-in.done:
-	case <-time.After(30 * time.Second):
-		in.t.Fatalf("%s did not exit within 30s", in.name)
-	}
-	var ee *exec.ExitError
-	switch {
-	case in.err == nil:
-		return 0
-	case errors.As(in.err, &ee):
-		return ee.ExitCode()
-	}
-	in.t.Fatalf("%s: wait: %v", in.name, in.err)
-	return -1
-}
-
-var httpClient = &http.Client{Timeout: 10 * time.Second}
-
-// do sends a request with a JSON body (nil for none) and returns the status
-// and the body.
-func (in *instance) do(method, path string, body any) (int, []byte) {
-	in.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			in.t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, in.base+path, rd)
-	if err != nil {
-		in.t.Fatal(err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		in.t.Fatalf("%s %s on %s: %v", method, path, in.name, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		in.t.Fatalf("%s %s on %s: read: %v", method, path, in.name, err)
-	}
-	return resp.StatusCode, b
-}
-
-// call sends a request, requires status want and decodes the answer.
-func call[T any](in *instance, method, path string, body any, want int) T {
-	in.t.Helper()
-	status, b := in.do(method, path, body)
-	if status != want {
-		in.t.Fatalf("%s %s on %s: status %d, want %d: %s", method, path, in.name, status, want, b)
-	}
-	var v T
-	if len(b) > 0 {
-		if err := json.Unmarshal(b, &v); err != nil {
-			in.t.Fatalf("%s %s on %s: decode %T: %v: %s", method, path, in.name, v, err, b)
-		}
-	}
-	return v
-}
-
 // problem is an application/problem+json answer.
 type problem struct {
 	Status int    `json:"status"`
 	Code   string `json:"code"`
 	Detail string `json:"detail"`
-}
-
-func (in *instance) plan(id string) httpapi.Plan {
-	in.t.Helper()
-	return call[httpapi.Plan](in, "GET", "/v1/plans/"+id, nil, http.StatusOK)
-}
-
-func (in *instance) tenantTask(tenant string) httpapi.TaskDetail {
-	in.t.Helper()
-	return call[httpapi.TaskDetail](in, "GET", "/v1/tenants/"+tenant+"/task", nil, http.StatusOK)
-}
-
-func (in *instance) planTasks(planID, query string) []httpapi.Task {
-	in.t.Helper()
-	return call[httpapi.TaskList](in, "GET", "/v1/plans/"+planID+"/tasks"+query, nil, http.StatusOK).Tasks
-}
-
-func (in *instance) createPlan(spec map[string]any) httpapi.Plan {
-	in.t.Helper()
-	return call[httpapi.Plan](in, "POST", "/v1/plans", spec, http.StatusCreated)
-}
-
-// waitPlan polls the plan until its status is want.
-func (in *instance) waitPlan(id string, want string, timeout time.Duration) httpapi.Plan {
-	in.t.Helper()
-	var p httpapi.Plan
-	eventually(in.t, timeout, func() (bool, string) {
-		p = in.plan(id)
-		return string(p.Status) == want, fmt.Sprintf("plan %s is %s (counts %v), want %s", id, p.Status, p.Counts, want)
-	})
-	return p
-}
-
-// eventually polls cond every 20ms until it holds or timeout passes; then it
-// fails with cond's last description.
-func eventually(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, what := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // e2eTarget is a deployment target: it records every call per tenant/stage,
@@ -480,16 +246,6 @@ func eventTypes(evs []task.Event) []string {
 	return out
 }
 
-func countEvents(evs []task.Event, typ task.EventType, stage string) int {
-	n := 0
-	for _, e := range evs {
-		if e.Type == typ && e.Stage == stage {
-			n++
-		}
-	}
-	return n
-}
-
 // TestE2EWalkthrough is the issue's walkthrough: a plan over 20 tenants on
 // instance A with one tenant failing at its last stage, a retry from the
 // checkpoint on instance B, then every instance stopped and a new one
@@ -515,7 +271,7 @@ func TestE2EWalkthrough(t *testing.T) {
 		t.Fatalf("created plan: status %s owner %s tasks %d, want RUNNING coord-a 20", p.Status, p.Owner, p.TotalTasks)
 	}
 
-	p = a.waitPlan(p.PlanID, "FAILED", 30*time.Second)
+	p = a.waitPlan(p.PlanID, 30*time.Second, "FAILED")
 	if p.Counts["COMPLETED"] != 19 || p.Counts["FAILED"] != 1 {
 		t.Fatalf("plan counts %v, want 19 COMPLETED and 1 FAILED", p.Counts)
 	}
@@ -532,7 +288,7 @@ func TestE2EWalkthrough(t *testing.T) {
 		if len(failed) != 1 || failed[0].TenantID != bad {
 			t.Fatalf("FAILED tasks of the plan: %+v, want only %s", failed, bad)
 		}
-		tk := a.tenantTask(bad)
+		tk := a.task(bad)
 		if tk.Status != "FAILED" || tk.Checkpoint == nil || tk.Checkpoint.LastCompletedStageIndex != 1 ||
 			!slices.Equal(tk.Checkpoint.CompletedStages, []string{"push", "settle"}) {
 			t.Fatalf("task of %s: status %s checkpoint %+v, want FAILED after push, settle", bad, tk.Status, tk.Checkpoint)
@@ -547,18 +303,18 @@ func TestE2EWalkthrough(t *testing.T) {
 
 	tg.setFail(bad, "verify", false)
 	b := c.start("coord-b")
-	dry := call[httpapi.DryRun](b, "POST", "/v1/tenants/"+bad+"/retry",
+	dry := must[httpapi.DryRun](b, "POST", "/v1/tenants/"+bad+"/retry",
 		map[string]any{"reason": "e2e: dry run", "dryRun": true}, http.StatusOK)
 	if !slices.Equal(dry.WouldRun, []string{"verify"}) {
 		t.Fatalf("dry run would run %v, want [verify]", dry.WouldRun)
 	}
-	retried := call[httpapi.TaskDetail](b, "POST", "/v1/tenants/"+bad+"/retry",
+	retried := must[httpapi.TaskDetail](b, "POST", "/v1/tenants/"+bad+"/retry",
 		map[string]any{"reason": "e2e: target fixed", "fromCheckpoint": true, "expectedAttempt": 1}, http.StatusAccepted)
 	if retried.Owner != "coord-b" || retried.Attempt != 2 {
 		t.Fatalf("retry answered owner %s attempt %d, want coord-b 2", retried.Owner, retried.Attempt)
 	}
-	b.waitPlan(p.PlanID, "COMPLETED", 20*time.Second)
-	done := b.tenantTask(bad)
+	b.waitPlan(p.PlanID, 20*time.Second, "COMPLETED")
+	done := b.task(bad)
 	if done.Status != "COMPLETED" || done.Owner != "coord-b" || done.Attempt != 2 {
 		t.Fatalf("retried task: status %s owner %s attempt %d, want COMPLETED coord-b 2", done.Status, done.Owner, done.Attempt)
 	}
@@ -581,15 +337,15 @@ func TestE2EWalkthrough(t *testing.T) {
 		if p.Status != "COMPLETED" || p.Counts["COMPLETED"] != 20 || p.Owner != "coord-a" {
 			t.Errorf("plan on coord-c: status %s counts %v owner %s, want COMPLETED, 20 completed, owner coord-a", p.Status, p.Counts, p.Owner)
 		}
-		tk := cc.tenantTask(bad)
+		tk := cc.task(bad)
 		if tk.Status != "COMPLETED" || tk.Owner != "coord-b" || tk.Attempt != 2 || tk.Checkpoint == nil ||
 			tk.Checkpoint.LastCompletedStageIndex != 2 {
 			t.Errorf("task of %s on coord-c: %+v, want COMPLETED by coord-b at attempt 2 with stage 2 checkpointed", bad, tk)
 		}
-		if other := cc.tenantTask("wt-00"); other.Status != "COMPLETED" || other.Owner != "coord-a" || other.Attempt != 1 {
+		if other := cc.task("wt-00"); other.Status != "COMPLETED" || other.Owner != "coord-a" || other.Attempt != 1 {
 			t.Errorf("task of wt-00 on coord-c: status %s owner %s attempt %d, want COMPLETED coord-a 1", other.Status, other.Owner, other.Attempt)
 		}
-		tl := call[httpapi.Timeline](cc, "GET", "/v1/tenants/"+bad+"/timeline", nil, http.StatusOK)
+		tl := must[httpapi.Timeline](cc, "GET", "/v1/tenants/"+bad+"/timeline", nil, http.StatusOK)
 		want := []string{
 			"task.started", "task.stage_started(push)", "task.stage_succeeded(push)", "task.stage_started(settle)",
 			"task.stage_succeeded(settle)", "task.stage_started(verify)", "task.stage_failed(verify)", "task.failed",
@@ -598,11 +354,11 @@ func TestE2EWalkthrough(t *testing.T) {
 		if got := eventTypes(tl.Events); !slices.Equal(got, want) {
 			t.Errorf("timeline of %s:\n got %v\nwant %v", bad, got, want)
 		}
-		h := call[httpapi.History](cc, "GET", "/v1/tenants/"+bad+"/history", nil, http.StatusOK)
+		h := must[httpapi.History](cc, "GET", "/v1/tenants/"+bad+"/history", nil, http.StatusOK)
 		if len(h.Tasks) != 1 || h.Tasks[0].TaskID != tk.TaskID {
 			t.Errorf("history of %s: %+v, want the one task %s", bad, h.Tasks, tk.TaskID)
 		}
-		ck := call[httpapi.Checkpoint](cc, "GET", "/v1/tenants/"+bad+"/checkpoint", nil, http.StatusOK)
+		ck := must[httpapi.Checkpoint](cc, "GET", "/v1/tenants/"+bad+"/checkpoint", nil, http.StatusOK)
 		if !slices.Equal(ck.CompletedStages, []string{"push", "settle", "verify"}) || ck.ContextData["verify"] == nil {
 			t.Errorf("checkpoint of %s: %+v, want every stage and the verify outputs", bad, ck)
 		}
@@ -640,11 +396,11 @@ func TestE2ETenantLockedAndShutdownPastGrace(t *testing.T) {
 		"tenants": tenants("busy"),
 	})
 	var holder httpapi.TaskDetail
-	eventually(t, 10*time.Second, func() (bool, string) {
-		holder = a.tenantTask("busy")
+	until(t, 10*time.Second, func() (bool, string) {
+		holder = a.task("busy")
 		return holder.Status == "RUNNING", fmt.Sprintf("task of busy is %s, want RUNNING", holder.Status)
 	})
-	lock := call[httpapi.Lock](b, "GET", "/v1/tenants/busy/lock", nil, http.StatusOK)
+	lock := must[httpapi.Lock](b, "GET", "/v1/tenants/busy/lock", nil, http.StatusOK)
 	if !lock.Held || lock.TaskID != holder.TaskID || lock.Owner != "coord-a" || lock.Fence != holder.Fence {
 		t.Fatalf("lock of busy seen from coord-b: %+v, want held by %s on coord-a with fence %d", lock, holder.TaskID, holder.Fence)
 	}
@@ -654,11 +410,11 @@ func TestE2ETenantLockedAndShutdownPastGrace(t *testing.T) {
 		"stages":  []any{httpStage(tg, "push")},
 		"tenants": tenants("busy", "free"),
 	})
-	second = b.waitPlan(second.PlanID, "FAILED", 20*time.Second)
+	second = b.waitPlan(second.PlanID, 20*time.Second, "FAILED")
 	if second.Counts["FAILED"] != 1 || second.Counts["COMPLETED"] != 1 {
 		t.Fatalf("second plan counts %v, want 1 FAILED, 1 COMPLETED", second.Counts)
 	}
-	locked := b.tenantTask("busy")
+	locked := b.task("busy")
 	if locked.PlanID != second.PlanID || locked.Status != "FAILED" {
 		t.Fatalf("current task of busy: plan %s status %s, want the second plan's, FAILED", locked.PlanID, locked.Status)
 	}
@@ -676,7 +432,7 @@ func TestE2ETenantLockedAndShutdownPastGrace(t *testing.T) {
 	if st != http.StatusConflict || pb.Code != "TENANT_LOCKED" || !strings.Contains(pb.Detail, holder.TaskID) {
 		t.Errorf("retry while the tenant is held: %d %s, want 409 TENANT_LOCKED naming %s", st, body, holder.TaskID)
 	}
-	h := call[httpapi.History](b, "GET", "/v1/tenants/busy/history", nil, http.StatusOK)
+	h := must[httpapi.History](b, "GET", "/v1/tenants/busy/history", nil, http.StatusOK)
 	if len(h.Tasks) != 2 || h.Tasks[0].TaskID != locked.TaskID || h.Tasks[1].TaskID != holder.TaskID {
 		t.Errorf("history of busy: %+v, want the second plan's task then the first's", h.Tasks)
 	}
@@ -687,22 +443,22 @@ func TestE2ETenantLockedAndShutdownPastGrace(t *testing.T) {
 	if code := a.terminate(); code != 1 {
 		t.Fatalf("coord-a exited with %d after SIGTERM past the grace period, want 1", code)
 	}
-	paused := call[httpapi.TaskDetail](b, "GET", "/v1/tasks/"+holder.TaskID, nil, http.StatusOK)
+	paused := must[httpapi.TaskDetail](b, "GET", "/v1/tasks/"+holder.TaskID, nil, http.StatusOK)
 	if paused.Status != "PAUSED" || paused.Reason != "instance shutdown" || paused.CurrentStage != "hold" {
 		t.Fatalf("interrupted task: status %s reason %q stage %s, want PAUSED \"instance shutdown\" at hold", paused.Status, paused.Reason, paused.CurrentStage)
 	}
-	if lock := call[httpapi.Lock](b, "GET", "/v1/tenants/busy/lock", nil, http.StatusOK); lock.Held {
+	if lock := must[httpapi.Lock](b, "GET", "/v1/tenants/busy/lock", nil, http.StatusOK); lock.Held {
 		t.Errorf("lock of busy after the shutdown: %+v, want released", lock)
 	}
 	if p := b.plan(first.PlanID); p.Status != "PAUSED" || p.Reason != "instance shutdown" {
 		t.Errorf("first plan after the shutdown: %s %q, want PAUSED \"instance shutdown\"", p.Status, p.Reason)
 	}
 
-	cancelled := call[httpapi.Plan](b, "POST", "/v1/plans/"+first.PlanID+"/cancel", map[string]any{"reason": "e2e: not needed"}, http.StatusOK)
+	cancelled := must[httpapi.Plan](b, "POST", "/v1/plans/"+first.PlanID+"/cancel", map[string]any{"reason": "e2e: not needed"}, http.StatusOK)
 	if cancelled.Status != "CANCELLED" {
 		t.Fatalf("cancel answered %s, want CANCELLED", cancelled.Status)
 	}
-	if tk := call[httpapi.TaskDetail](b, "GET", "/v1/tasks/"+holder.TaskID, nil, http.StatusOK); tk.Status != "CANCELLED" {
+	if tk := must[httpapi.TaskDetail](b, "GET", "/v1/tasks/"+holder.TaskID, nil, http.StatusOK); tk.Status != "CANCELLED" {
 		t.Errorf("task of the cancelled plan: %s, want CANCELLED", tk.Status)
 	}
 	if n := tg.count("busy", "verify"); n != 0 {
@@ -726,7 +482,7 @@ func TestE2EShutdownThenResumeElsewhere(t *testing.T) {
 		"stages":  []any{sleepStage("drain", "1s"), httpStage(tg, "verify")},
 		"tenants": tenants("sd-1", "sd-2"),
 	})
-	eventually(t, 10*time.Second, func() (bool, string) {
+	until(t, 10*time.Second, func() (bool, string) {
 		p = a.plan(p.PlanID)
 		return p.Counts["RUNNING"] == 2, fmt.Sprintf("plan counts %v, want 2 RUNNING", p.Counts)
 	})
@@ -737,12 +493,12 @@ func TestE2EShutdownThenResumeElsewhere(t *testing.T) {
 		t.Fatalf("plan after the shutdown: %s %q counts %v, want PAUSED \"instance shutdown\" with 2 PAUSED tasks", p.Status, p.Reason, p.Counts)
 	}
 	for _, id := range []string{"sd-1", "sd-2"} {
-		tk := b.tenantTask(id)
+		tk := b.task(id)
 		if tk.Status != "PAUSED" || tk.Reason != "instance shutdown" || tk.Checkpoint == nil ||
 			tk.Checkpoint.LastCompletedStageIndex != 0 || tk.CurrentStage != "verify" {
 			t.Fatalf("task of %s after the shutdown: %+v, want PAUSED \"instance shutdown\" with drain checkpointed", id, tk)
 		}
-		if lock := call[httpapi.Lock](b, "GET", "/v1/tenants/"+id+"/lock", nil, http.StatusOK); lock.Held {
+		if lock := must[httpapi.Lock](b, "GET", "/v1/tenants/"+id+"/lock", nil, http.StatusOK); lock.Held {
 			t.Fatalf("lock of %s after the shutdown: %+v, want released", id, lock)
 		}
 		if n := tg.count(id, "verify"); n != 0 {
@@ -750,24 +506,24 @@ func TestE2EShutdownThenResumeElsewhere(t *testing.T) {
 		}
 	}
 
-	resumed := call[httpapi.Plan](b, "POST", "/v1/plans/"+p.PlanID+"/resume", map[string]any{"reason": "e2e: resume elsewhere"}, http.StatusOK)
+	resumed := must[httpapi.Plan](b, "POST", "/v1/plans/"+p.PlanID+"/resume", map[string]any{"reason": "e2e: resume elsewhere"}, http.StatusOK)
 	if resumed.Owner != "coord-b" || resumed.Status != "RUNNING" {
 		t.Fatalf("resume answered %s owner %s, want RUNNING coord-b", resumed.Status, resumed.Owner)
 	}
-	b.waitPlan(p.PlanID, "COMPLETED", 20*time.Second)
+	b.waitPlan(p.PlanID, 20*time.Second, "COMPLETED")
 	for _, id := range []string{"sd-1", "sd-2"} {
-		tk := b.tenantTask(id)
+		tk := b.task(id)
 		if tk.Status != "COMPLETED" || tk.Owner != "coord-b" || tk.Attempt != 1 {
 			t.Errorf("task of %s: status %s owner %s attempt %d, want COMPLETED coord-b 1", id, tk.Status, tk.Owner, tk.Attempt)
 		}
 		if n := tg.count(id, "verify"); n != 1 {
 			t.Errorf("target saw %s/verify %d times, want once", id, n)
 		}
-		tl := call[httpapi.Timeline](b, "GET", "/v1/tenants/"+id+"/timeline", nil, http.StatusOK)
-		if n := countEvents(tl.Events, task.EventStageStarted, "drain"); n != 1 {
+		tl := must[httpapi.Timeline](b, "GET", "/v1/tenants/"+id+"/timeline", nil, http.StatusOK)
+		if n := countEv(tl.Events, task.EventStageStarted, "drain"); n != 1 {
 			t.Errorf("timeline of %s: drain started %d times, want once: %v", id, n, eventTypes(tl.Events))
 		}
-		if countEvents(tl.Events, task.EventPaused, "") != 1 || countEvents(tl.Events, task.EventResumed, "") != 1 {
+		if countEv(tl.Events, task.EventPaused, "") != 1 || countEv(tl.Events, task.EventResumed, "") != 1 {
 			t.Errorf("timeline of %s lacks the pause and the resume: %v", id, eventTypes(tl.Events))
 		}
 	}
@@ -791,7 +547,7 @@ func TestE2ECrashTakeover(t *testing.T) {
 		"stages":  []any{httpStage(tg, "push"), httpStage(tg, "hold")},
 		"tenants": tenants("cr-1"),
 	})
-	eventually(t, 10*time.Second, func() (bool, string) {
+	until(t, 10*time.Second, func() (bool, string) {
 		n := tg.waiting("cr-1", "hold")
 		return n == 1, fmt.Sprintf("%d requests of cr-1 wait at the target's hold stage, want 1", n)
 	})
@@ -799,7 +555,7 @@ func TestE2ECrashTakeover(t *testing.T) {
 	killed := time.Now()
 	tg.open()
 
-	tk := b.tenantTask("cr-1")
+	tk := b.task("cr-1")
 	if tk.Status != "RUNNING" || tk.Owner != "coord-a" {
 		t.Fatalf("task after the crash: %s owner %s, want RUNNING coord-a", tk.Status, tk.Owner)
 	}
@@ -813,13 +569,13 @@ func TestE2ECrashTakeover(t *testing.T) {
 	// Break glass: the crashed holder's lock still has up to one lease to
 	// live; it goes only with its current fence.
 	released := false
-	if lock := call[httpapi.Lock](b, "GET", "/v1/tenants/cr-1/lock", nil, http.StatusOK); lock.Held {
+	if lock := must[httpapi.Lock](b, "GET", "/v1/tenants/cr-1/lock", nil, http.StatusOK); lock.Held {
 		st, body = b.do("DELETE", "/v1/tenants/cr-1/lock", map[string]any{"reason": "e2e: wrong fence", "expectedFence": lock.Fence - 1})
 		_ = json.Unmarshal(body, &pb)
 		if st != http.StatusConflict || pb.Code != "LOCK_MISMATCH" {
 			t.Errorf("release with a stale fence: %d %s, want 409 LOCK_MISMATCH", st, body)
 		}
-		rel := call[httpapi.ReleasedLock](b, "DELETE", "/v1/tenants/cr-1/lock",
+		rel := must[httpapi.ReleasedLock](b, "DELETE", "/v1/tenants/cr-1/lock",
 			map[string]any{"reason": "e2e: break glass", "expectedFence": lock.Fence}, http.StatusOK)
 		if !rel.Released || rel.TaskID != tk.TaskID || rel.Owner != "coord-a" {
 			t.Errorf("release answered %+v, want the crashed holder", rel)
@@ -828,21 +584,21 @@ func TestE2ECrashTakeover(t *testing.T) {
 	} else {
 		// Its lease ended before the test got here (a slow machine): it
 		// must have expired, not been released by anyone.
-		rels := call[httpapi.Feed](b, "GET", "/v1/events?tenantId=cr-1&type=lock.released", nil, http.StatusOK)
+		rels := must[httpapi.Feed](b, "GET", "/v1/events?tenantId=cr-1&type=lock.released", nil, http.StatusOK)
 		if len(rels.Events) > 0 {
 			t.Errorf("the crashed holder's lock was released %s after the kill: %+v", time.Since(killed), rels.Events)
 		}
 		t.Logf("the crashed holder's lock expired before the test could release it (%s after the kill; the machine is slow)", time.Since(killed))
 	}
 
-	eventually(t, 15*time.Second, func() (bool, string) {
-		tk = b.tenantTask("cr-1")
+	until(t, 15*time.Second, func() (bool, string) {
+		tk = b.task("cr-1")
 		return tk.Orphaned, fmt.Sprintf("task of cr-1: status %s orphaned %v heartbeat %v", tk.Status, tk.Orphaned, tk.HeartbeatAt)
 	})
 	if tk.Status != "RUNNING" {
 		t.Fatalf("orphaned task is %s, want still RUNNING", tk.Status)
 	}
-	eventually(t, 15*time.Second, func() (bool, string) {
+	until(t, 15*time.Second, func() (bool, string) {
 		orphans := b.planTasks(p.PlanID, "?status=RUNNING&orphaned=true")
 		return len(orphans) == 1 && orphans[0].TenantID == "cr-1", fmt.Sprintf("orphaned tasks of the plan: %+v, want cr-1", orphans)
 	})
@@ -856,7 +612,7 @@ func TestE2ECrashTakeover(t *testing.T) {
 	}
 	answers := make(chan answer, 4)
 	start := make(chan struct{})
-	for _, n := range []*instance{b, d, b, d} {
+	for _, n := range []*node{b, d, b, d} {
 		go func() {
 			<-start
 			st, body := n.do("POST", "/v1/tenants/cr-1/retry", map[string]any{"reason": "e2e: take over", "expectedAttempt": 1})
@@ -893,11 +649,11 @@ func TestE2ECrashTakeover(t *testing.T) {
 	if took.Attempt != 2 || took.Orphaned {
 		t.Fatalf("takeover answered attempt %d orphaned %v, want 2 false", took.Attempt, took.Orphaned)
 	}
-	b.waitPlan(p.PlanID, "COMPLETED", 20*time.Second)
+	b.waitPlan(p.PlanID, 20*time.Second, "COMPLETED")
 	if push, hold := tg.count("cr-1", "push"), tg.count("cr-1", "hold"); push != 1 || hold != 2 {
 		t.Errorf("target saw push %d and hold %d times, want 1 and 2", push, hold)
 	}
-	tl := call[httpapi.Timeline](b, "GET", "/v1/tenants/cr-1/timeline", nil, http.StatusOK)
+	tl := must[httpapi.Timeline](b, "GET", "/v1/tenants/cr-1/timeline", nil, http.StatusOK)
 	takeover := false
 	for _, e := range tl.Events {
 		if e.Type == task.EventRetryRequested && e.Data["takeover"] == true && e.Data["previousOwner"] == "coord-a" {
@@ -912,7 +668,7 @@ func TestE2ECrashTakeover(t *testing.T) {
 			t.Skip("the lock expired before the test released it")
 		}
 		// DESIGN §3: every operator action is recorded in the task timeline.
-		if countEvents(tl.Events, task.EventLockReleased, "") != 1 {
+		if countEv(tl.Events, task.EventLockReleased, "") != 1 {
 			t.Fatalf("lock release not in the timeline: %v", eventTypes(tl.Events))
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -115,7 +116,8 @@ func supports(t *testing.T, env string) bool {
 	return strings.Contains(string(out), env)
 }
 
-// node is one running deploycoord process of a drill.
+// node is one running deploycoord process (of a drill or an end-to-end
+// cluster), or, without cmd, a server run in-process by the test.
 type node struct {
 	t    *testing.T
 	name string
@@ -172,13 +174,20 @@ func (l *nodeLog) Write(p []byte) (int, error) {
 }
 
 // start starts instance name with the drill's environment plus env (later
-// entries win) and waits until it listens. Its output goes to
-// <tempdir>/<name>.log and is printed when the test fails.
+// entries win) and waits until it listens.
 func (d *drill) start(name string, env ...string) *node {
-	t := d.t
+	d.t.Helper()
+	return startNode(d.t, name, append(slices.Clone(d.env), env...))
+}
+
+// startNode starts the binary as instance name with env (on top of the
+// test's environment without DEPLOYCOORD_ settings) and waits until it
+// listens. Its output goes to <tempdir>/<name>.log and is printed when the
+// test fails; the process is killed when the test ends.
+func startNode(t *testing.T, name string, env []string) *node {
 	t.Helper()
 	cmd := exec.Command(binary(t))
-	cmd.Env = append(append(append(cleanEnv(), d.env...), "DEPLOYCOORD_INSTANCE_ID="+name), env...)
+	cmd.Env = append(append(cleanEnv(), "DEPLOYCOORD_INSTANCE_ID="+name), env...)
 	f, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 	if err != nil {
 		t.Fatal(err)
@@ -296,6 +305,42 @@ func (n *node) kill() {
 	}
 }
 
+// terminate sends SIGTERM and waits for the process to exit; it returns the
+// exit code.
+func (n *node) terminate() int {
+	n.t.Helper()
+	n.signal(syscall.SIGTERM)
+	return n.wait()
+}
+
+// stop sends SIGTERM and requires a clean exit (status 0).
+func (n *node) stop() {
+	n.t.Helper()
+	if code := n.terminate(); code != 0 {
+		n.dumpLog()
+		n.t.Fatalf("%s exited with status %d after SIGTERM, want 0", n.name, code)
+	}
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (n *node) wait() int {
+	n.t.Helper()
+	select {
+	case <-n.done:
+	case <-time.After(30 * time.Second):
+		n.t.Fatalf("%s did not exit within 30s", n.name)
+	}
+	var ee *exec.ExitError
+	switch {
+	case n.err == nil:
+		return 0
+	case errors.As(n.err, &ee):
+		return ee.ExitCode()
+	}
+	n.t.Fatalf("%s: wait: %v", n.name, n.err)
+	return -1
+}
+
 var drillClient = &http.Client{Timeout: 20 * time.Second}
 
 // req sends a request with a JSON body (nil for none); status 0 means the
@@ -325,6 +370,17 @@ func (n *node) req(method, path string, body any) (int, http.Header, []byte, err
 	return resp.StatusCode, resp.Header, b, err
 }
 
+// do sends a request with a JSON body (nil for none) and returns the status
+// and the body; a request that fails fails the test.
+func (n *node) do(method, path string, body any) (int, []byte) {
+	n.t.Helper()
+	st, _, b, err := n.req(method, path, body)
+	if err != nil {
+		n.t.Fatalf("%s %s on %s: %v", method, path, n.name, err)
+	}
+	return st, b
+}
+
 // must sends a request, requires status want and decodes the answer into a T.
 func must[T any](n *node, method, path string, body any, want int) T {
 	n.t.Helper()
@@ -352,6 +408,12 @@ func (n *node) task(tenant string) httpapi.TaskDetail {
 func (n *node) plan(id string) httpapi.Plan {
 	n.t.Helper()
 	return must[httpapi.Plan](n, "GET", "/v1/plans/"+id, nil, http.StatusOK)
+}
+
+// planTasks lists one page of a plan's tasks (query: "?status=...").
+func (n *node) planTasks(planID, query string) []httpapi.Task {
+	n.t.Helper()
+	return must[httpapi.TaskList](n, "GET", "/v1/plans/"+planID+"/tasks"+query, nil, http.StatusOK).Tasks
 }
 
 func (n *node) lock(tenant string) httpapi.Lock {
@@ -796,14 +858,6 @@ func evTypes(evs []task.Event) string {
 		}
 	}
 	return b.String()
-}
-
-func drillTenants(ids ...string) []map[string]any {
-	out := make([]map[string]any, len(ids))
-	for i, id := range ids {
-		out[i] = map[string]any{"tenantId": id}
-	}
-	return out
 }
 
 // decode decodes a JSON answer into a T.

@@ -33,7 +33,7 @@ func TestFaultCrashMidStage(t *testing.T) {
 	p := a.createPlan(map[string]any{
 		"name":    "drill-crash",
 		"stages":  []any{tg.stage("push"), tg.stage("config"), tg.stage("hold"), tg.stage("verify")},
-		"tenants": drillTenants(tenant),
+		"tenants": tenants(tenant),
 	})
 	tg.waitCall(15*time.Second, "hold call", func(c stageCall) bool { return c.Tenant == tenant && c.Stage == "hold" })
 	before := b.task(tenant)
@@ -163,7 +163,7 @@ func TestFaultZombieFenced(t *testing.T) {
 	p := a.createPlan(map[string]any{
 		"name":    "drill-zombie",
 		"stages":  []any{tg.stage("push"), tg.stage("hold"), tg.stage("after"), tg.stage("final")},
-		"tenants": drillTenants(tenant),
+		"tenants": tenants(tenant),
 	})
 	tg.waitCall(15*time.Second, "hold call", func(c stageCall) bool { return c.Tenant == tenant && c.Stage == "hold" })
 	first := b.task(tenant)

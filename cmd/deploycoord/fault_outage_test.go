@@ -112,7 +112,7 @@ func redisPausedDrill(t *testing.T, push time.Duration, queries bool) {
 		idsB = append(idsB, fmt.Sprintf("out-b-%d", i))
 	}
 	spec := func(name string, ids []string) map[string]any {
-		return map[string]any{"name": name, "stages": outageStages(tg), "tenants": drillTenants(ids...), "maxConcurrency": 2}
+		return map[string]any{"name": name, "stages": outageStages(tg), "tenants": tenants(ids...), "maxConcurrency": 2}
 	}
 	pa := a.createPlan(spec("drill-outage-a", idsA))
 	pb := b.createPlan(spec("drill-outage-b", idsB))
@@ -267,7 +267,7 @@ func TestFaultSingleInstanceOutage(t *testing.T) {
 	for i := range 6 {
 		ids = append(ids, fmt.Sprintf("solo-%d", i))
 	}
-	p := a.createPlan(map[string]any{"name": "drill-single", "stages": outageStages(tg), "tenants": drillTenants(ids...), "maxConcurrency": 2})
+	p := a.createPlan(map[string]any{"name": "drill-single", "stages": outageStages(tg), "tenants": tenants(ids...), "maxConcurrency": 2})
 	tg.waitCall(15*time.Second, "first call", func(c stageCall) bool { return c.Open })
 
 	stopped := time.Now()
@@ -370,9 +370,9 @@ func TestFaultRedisPausedLockWaiter(t *testing.T) {
 	a, b := d.start("coord-a"), d.start("coord-b")
 	const tenant = "lw-1"
 	tg.holdWhere(func(c stageCall) bool { return c.Stage == "hold" })
-	p1 := a.createPlan(map[string]any{"name": "drill-holder", "stages": []any{tg.stage("push"), tg.stage("hold")}, "tenants": drillTenants(tenant)})
+	p1 := a.createPlan(map[string]any{"name": "drill-holder", "stages": []any{tg.stage("push"), tg.stage("hold")}, "tenants": tenants(tenant)})
 	tg.waitCall(15*time.Second, "hold call", func(c stageCall) bool { return c.Stage == "hold" })
-	p2 := b.createPlan(map[string]any{"name": "drill-waiter", "stages": []any{tg.stage("second")}, "tenants": drillTenants(tenant),
+	p2 := b.createPlan(map[string]any{"name": "drill-waiter", "stages": []any{tg.stage("second")}, "tenants": tenants(tenant),
 		"onTenantLocked": "wait", "lockWait": "60s"})
 	// The waiter has tried the lock at least once: its task is the
 	// tenant's current one and still PENDING.

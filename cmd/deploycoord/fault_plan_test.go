@@ -36,14 +36,14 @@ func TestFaultPlanTakeover(t *testing.T) {
 	d := newDrill(t, nil)
 	tg := newFaultTarget(t)
 	a, b := d.start("coord-a"), d.start("coord-b")
-	tenants := []string{"takeover-1", "takeover-2", "takeover-3", "takeover-4"}
-	orphan, rest := tenants[0], tenants[1:]
+	ids := []string{"takeover-1", "takeover-2", "takeover-3", "takeover-4"}
+	orphan, rest := ids[0], ids[1:]
 	stages := []string{"push", "hold", "after"}
 	tg.holdWhere(func(c stageCall) bool { return c.Tenant == orphan && c.Stage == "hold" && c.Attempt == 1 })
 	p := a.createPlan(map[string]any{
 		"name":           "drill-plan-takeover",
 		"stages":         []any{tg.stage("push"), tg.stage("hold"), tg.stage("after")},
-		"tenants":        drillTenants(tenants...),
+		"tenants":        tenants(ids...),
 		"maxConcurrency": 1,
 	})
 	tg.waitCall(15*time.Second, "hold call of "+orphan, func(c stageCall) bool { return c.Tenant == orphan && c.Stage == "hold" })
@@ -231,8 +231,8 @@ func TestFaultPlanTakeover(t *testing.T) {
 	}
 	counts := checkCounts(t, b, p.PlanID)
 	d.figure("final plan counts (recount of the task records)", counts)
-	if counts[task.StatusCompleted] != len(tenants) {
-		t.Errorf("recount %v, want %d COMPLETED", counts, len(tenants))
+	if counts[task.StatusCompleted] != len(ids) {
+		t.Errorf("recount %v, want %d COMPLETED", counts, len(ids))
 	}
 	if err := checkExclusive(tg.snapshot()); err != nil {
 		t.Error(err)

@@ -78,7 +78,7 @@ func TestFaultProxyBlackhole(t *testing.T) {
 	const tenant = "bh-1"
 	tg.holdWhere(func(c stageCall) bool { return c.Stage == "hold" && c.Attempt == 1 })
 	p := a.createPlan(map[string]any{"name": "drill-blackhole", "stages": []any{tg.stage("push"), tg.stage("hold"), tg.stage("after")},
-		"tenants": drillTenants(tenant)})
+		"tenants": tenants(tenant)})
 	tg.waitCall(15*time.Second, "hold call", func(c stageCall) bool { return c.Tenant == tenant && c.Stage == "hold" })
 	first := b.task(tenant)
 	lease := b.lock(tenant)
@@ -218,7 +218,7 @@ func TestFaultProxyLatency(t *testing.T) {
 		}
 	})
 	p := a.createPlan(map[string]any{"name": "drill-latency",
-		"stages": []any{tg.stage("s1"), tg.stage("s2"), tg.stage("s3"), tg.stage("s4")}, "tenants": drillTenants(tenant)})
+		"stages": []any{tg.stage("s1"), tg.stage("s2"), tg.stage("s3"), tg.stage("s4")}, "tenants": tenants(tenant)})
 	slowed := waitToxic(t, slowedc)
 	first := b.task(tenant)
 	fences := map[string]int64{first.TaskID + "#1": first.Fence}
@@ -339,7 +339,7 @@ func TestFaultProxyResetDuringCheckpoint(t *testing.T) {
 		}
 	})
 	p := a.createPlan(map[string]any{"name": "drill-reset",
-		"stages": []any{tg.stage("s1"), tg.stage("s2"), tg.stage("s3")}, "tenants": drillTenants(tenant)})
+		"stages": []any{tg.stage("s1"), tg.stage("s2"), tg.stage("s3")}, "tenants": tenants(tenant)})
 	resetAt := waitToxic(t, resetc)
 	// Keep the toxic until the owner gives up on the write for now (it then
 	// retries it through the fenced script), or for a lease at most.

@@ -24,7 +24,7 @@ func TestFaultLockRace(t *testing.T) {
 	tg.setDelay("s1", 15*time.Millisecond)
 	tg.setDelay("s2", 15*time.Millisecond)
 	nodes := []*node{d.start("coord-a"), d.start("coord-b")}
-	tenants := []string{"race-0", "race-1", "race-2"}
+	raceTenants := []string{"race-0", "race-1", "race-2"}
 	const plansPerNode = 6
 
 	var mu sync.Mutex
@@ -38,7 +38,7 @@ func TestFaultLockRace(t *testing.T) {
 				defer wg.Done()
 				st, _, body, err := n.req("POST", "/v1/plans", map[string]any{
 					"name": fmt.Sprintf("race-%s-%d", n.name, i), "stages": []any{tg.stage("s1"), tg.stage("s2")},
-					"tenants": drillTenants(tenants...), "onTenantLocked": "wait", "lockWait": "60s", "maxConcurrency": 3,
+					"tenants": tenants(raceTenants...), "onTenantLocked": "wait", "lockWait": "60s", "maxConcurrency": 3,
 				})
 				if err != nil || st != http.StatusCreated {
 					t.Errorf("create plan on %s: %d %v %s", n.name, st, err, body)
@@ -74,11 +74,11 @@ func TestFaultLockRace(t *testing.T) {
 			}
 		}
 	}
-	d.figure("plans × tenants run through the race", fmt.Sprintf("%d × %d in %s", len(owner), len(tenants), time.Since(start).Round(time.Millisecond)))
+	d.figure("plans × tenants run through the race", fmt.Sprintf("%d × %d in %s", len(owner), len(raceTenants), time.Since(start).Round(time.Millisecond)))
 	d.figure("tasks run per instance", byInstance)
 
 	calls := tg.snapshot()
-	if want := len(owner) * len(tenants) * 2; len(calls) != want {
+	if want := len(owner) * len(raceTenants) * 2; len(calls) != want {
 		t.Errorf("target saw %d calls, want %d (two stages per task, each once)", len(calls), want)
 	}
 	perTask := map[string]int{}

@@ -94,7 +94,7 @@ func TestFaultRedisRestartedEmpty(t *testing.T) {
 	a := d.start("coord-a")
 	tg.holdWhere(func(c stageCall) bool { return c.Stage == "hold" })
 	p := a.createPlan(map[string]any{"name": "drill-restart", "stages": []any{tg.stage("push"), tg.stage("hold"), tg.stage("after")},
-		"tenants": drillTenants("rs-1", "rs-2"), "maxConcurrency": 1})
+		"tenants": tenants("rs-1", "rs-2"), "maxConcurrency": 1})
 	tg.waitCall(15*time.Second, "hold call", func(c stageCall) bool { return c.Tenant == "rs-1" && c.Stage == "hold" })
 	_, before := a.readyz()
 

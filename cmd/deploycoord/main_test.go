@@ -72,8 +72,8 @@ func runMain(t *testing.T, args ...string) (*Main, *logSink, error) {
 }
 
 // local returns an API client of an in-process Main.
-func local(t *testing.T, m *Main) *instance {
-	return &instance{t: t, name: m.Config.InstanceID, base: "http://" + m.Addr}
+func local(t *testing.T, m *Main) *node {
+	return &node{t: t, name: m.Config.InstanceID, base: "http://" + m.Addr}
 }
 
 // TestEmbeddedRedis is `go run ./cmd/deploycoord` without DEPLOYCOORD_REDIS_URL:
@@ -108,12 +108,12 @@ func TestEmbeddedRedis(t *testing.T) {
 	})
 	// A lease renews every lease/3; between renewals its TTL must go down,
 	// which it does only if the embedded Redis's clock moves.
-	eventually(t, 10*time.Second, func() (bool, string) {
-		l := call[httpapi.Lock](in, "GET", "/v1/tenants/emb-1/lock", nil, http.StatusOK)
+	until(t, 10*time.Second, func() (bool, string) {
+		l := must[httpapi.Lock](in, "GET", "/v1/tenants/emb-1/lock", nil, http.StatusOK)
 		return l.Held && l.TTLMs > 0 && l.TTLMs <= 2700, fmt.Sprintf("lock %+v: want held with a TTL going down from 3000ms", l)
 	})
-	in.waitPlan(p.PlanID, "COMPLETED", 15*time.Second)
-	if l := call[httpapi.Lock](in, "GET", "/v1/tenants/emb-1/lock", nil, http.StatusOK); l.Held {
+	in.waitPlan(p.PlanID, 15*time.Second, "COMPLETED")
+	if l := must[httpapi.Lock](in, "GET", "/v1/tenants/emb-1/lock", nil, http.StatusOK); l.Held {
 		t.Errorf("lock after the task completed: %+v, want released", l)
 	}
 }
@@ -251,8 +251,8 @@ func TestExecPipeline(t *testing.T) {
 		}
 		in := local(t, m)
 		p := in.createPlan(map[string]any{"name": "migrate", "pipeline": "migrate", "tenants": tenants("ex-1")})
-		in.waitPlan(p.PlanID, "COMPLETED", 15*time.Second)
-		ck := call[httpapi.Checkpoint](in, "GET", "/v1/tenants/ex-1/checkpoint", nil, http.StatusOK)
+		in.waitPlan(p.PlanID, 15*time.Second, "COMPLETED")
+		ck := must[httpapi.Checkpoint](in, "GET", "/v1/tenants/ex-1/checkpoint", nil, http.StatusOK)
 		out, _ := ck.ContextData["migrate"].(map[string]any)
 		if out["migrated"] != "ex-1" {
 			t.Errorf("exec stage outputs %v, want migrated: ex-1", ck.ContextData)
