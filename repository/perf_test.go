@@ -197,34 +197,12 @@ func heldWriters(t *testing.T, e *env, writers int) int64 {
 	for i, tk := range fx.tasks {
 		runners[i] = start(t, e, tk, 1)
 	}
-	hold := &holdFirst{name: "evalsha", release: make(chan struct{})}
-	e.client.AddHook(hold)
-	hold.armed.Store(true)
-	before := e.counter.RoundTrips()
-	errs := make(chan error, writers)
-	write := func(r *runner) {
+	return heldBatch(t, e, e.redis.batcher, "evalsha", writers, func(i int) error {
+		r := runners[i]
 		r.tk.EnterStage(1, stageNames[1], e.clock.Now())
 		_, err := r.write(task.StatusRunning, task.Write{})
-		errs <- err
-	}
-	go write(runners[0])
-	deadline := time.Now().Add(10 * time.Second)
-	for !e.redis.batcher.busy() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	for _, r := range runners[1:] {
-		go write(r)
-	}
-	for e.redis.batcher.queued() < writers-1 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	close(hold.release)
-	for range writers {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-	return e.counter.RoundTrips() - before
+		return err
+	})
 }
 
 // stageWriters runs writers goroutines, each writing rounds stage writes to
@@ -237,26 +215,16 @@ func stageWriters(t *testing.T, e *env, writers, rounds int) int64 {
 		runners[i] = start(t, e, tk, 1)
 	}
 	before := e.counter.RoundTrips()
-	var wg sync.WaitGroup
-	errs := make(chan error, writers)
-	for _, r := range runners {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range rounds {
-				r.tk.EnterStage(i%3, stageNames[i%3], e.clock.Now())
-				if _, err := r.write(task.StatusRunning, task.Write{Events: []task.Event{{Type: task.EventStageStarted}}}); err != nil {
-					errs <- err
-					return
-				}
+	concurrently(t, writers, func(g int) error {
+		r := runners[g]
+		for i := range rounds {
+			r.tk.EnterStage(i%3, stageNames[i%3], e.clock.Now())
+			if _, err := r.write(task.StatusRunning, task.Write{Events: []task.Event{{Type: task.EventStageStarted}}}); err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+		}
+		return nil
+	})
 	n := e.counter.RoundTrips() - before
 	for i, r := range runners {
 		got, _, err := e.store.Task(ctxT(t), r.tk.ID)

@@ -21,37 +21,89 @@ func queryAll(t *testing.T, e *env, fx fixture, queriers, rounds int) int {
 	t.Helper()
 	ctx := ctxT(t)
 	before := e.counter.RoundTrips()
+	concurrently(t, queriers, func(g int) error {
+		for i := range rounds {
+			want := fx.tasks[(g*rounds+i)%len(fx.tasks)]
+			got, _, err := e.store.TaskByTenant(ctx, want.TenantID)
+			if err == nil && (got.ID != want.ID || got.TenantID != want.TenantID) {
+				err = errors.New("TaskByTenant(" + want.TenantID + ") answered " + got.TenantID + "/" + got.ID)
+			}
+			if err == nil {
+				got, _, err = e.store.Task(ctx, want.ID)
+				if err == nil && got.ID != want.ID {
+					err = errors.New("Task(" + want.ID + ") answered " + got.ID)
+				}
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return int(e.counter.RoundTrips() - before)
+}
+
+// concurrently runs f(0) … f(n-1) in goroutines of their own and fails the
+// test with the errors they return.
+func concurrently(t *testing.T, n int, f func(g int) error) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, queriers)
-	for g := range queriers {
+	errs := make(chan error, n)
+	for g := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range rounds {
-				want := fx.tasks[(g*rounds+i)%len(fx.tasks)]
-				got, _, err := e.store.TaskByTenant(ctx, want.TenantID)
-				if err == nil && (got.ID != want.ID || got.TenantID != want.TenantID) {
-					err = errors.New("TaskByTenant(" + want.TenantID + ") answered " + got.TenantID + "/" + got.ID)
-				}
-				if err == nil {
-					got, _, err = e.store.Task(ctx, want.ID)
-					if err == nil && got.ID != want.ID {
-						err = errors.New("Task(" + want.ID + ") answered " + got.ID)
-					}
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
+			if err := f(g); err != nil {
+				errs <- err
 			}
 		}()
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Fatal(err)
+		t.Error(err)
 	}
-	return int(e.counter.RoundTrips() - before)
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// batchState is what a group-commit batcher says about itself.
+type batchState interface {
+	busy() bool
+	queued() int
+}
+
+// heldBatch runs op(0) … op(n-1) in goroutines of their own so that they
+// meet in b: the first pipeline carrying a command named cmd is held in
+// flight until the other n-1 ops have queued behind it. It returns the
+// round trips the ops took (2 when the queued ones share one pipeline).
+func heldBatch(t *testing.T, e *env, b batchState, cmd string, n int, op func(i int) error) int64 {
+	t.Helper()
+	hold := &holdFirst{name: cmd, release: make(chan struct{})}
+	e.client.AddHook(hold)
+	hold.armed.Store(true)
+	before := e.counter.RoundTrips()
+	errs := make(chan error, n)
+	run := func(i int) { errs <- op(i) }
+	go run(0)
+	deadline := time.Now().Add(10 * time.Second)
+	for !b.busy() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	for i := 1; i < n; i++ {
+		go run(i)
+	}
+	for b.queued() < n-1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	close(hold.release)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e.counter.RoundTrips() - before
 }
 
 // holdFirst holds the first pipeline holding a command named name sent
@@ -91,40 +143,19 @@ func TestReadBatchSharesPipelines(t *testing.T) {
 		eachRedis(t, Config{}, func(t *testing.T, e *env) {
 			fx := createPlan(t, e, tenants, 0)
 			queryAll(t, e, fx, 1, tenants) // fills the hints: one round trip a query from now on
-			hold := &holdFirst{name: "hgetall", release: make(chan struct{})}
-			e.client.AddHook(hold)
-			hold.armed.Store(true)
 			ctx := ctxT(t)
-			before := e.counter.RoundTrips()
-			errs := make(chan error, tenants)
-			query := func(want *task.Task) {
+			n := heldBatch(t, e, e.redis.reads, "hgetall", tenants, func(i int) error {
+				want := fx.tasks[i]
 				got, _, err := e.store.TaskByTenant(ctx, want.TenantID)
 				if err == nil && got.ID != want.ID {
 					err = errors.New("TaskByTenant(" + want.TenantID + ") answered " + got.ID)
 				}
-				errs <- err
-			}
-			go query(fx.tasks[0])
-			deadline := time.Now().Add(10 * time.Second)
-			for !e.redis.reads.busy() && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
-			for _, tk := range fx.tasks[1:] {
-				go query(tk)
-			}
-			for e.redis.reads.queued() < tenants-1 && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
-			close(hold.release)
-			for range tenants {
-				if err := <-errs; err != nil {
-					t.Fatal(err)
-				}
-			}
-			if n := e.counter.RoundTrips() - before; n != 2 {
+				return err
+			})
+			if n != 2 {
 				t.Errorf("%d queries, %d of them queued behind the first, took %d round trips, want 2 (the first's and one shared)", tenants, tenants-1, n)
 			}
-			n := queryAll(t, e, fx, queriers, rounds)
+			n = int64(queryAll(t, e, fx, queriers, rounds))
 			t.Logf("%d queries under random concurrent load in %d round trips", 2*queriers*rounds, n)
 		})
 	})
@@ -190,29 +221,19 @@ func TestReadBatchNotFoundAmongOthers(t *testing.T) {
 	eachRedis(t, Config{}, func(t *testing.T, e *env) {
 		fx := createPlan(t, e, 8, 0)
 		ctx := ctxT(t)
-		var wg sync.WaitGroup
-		errs := make(chan error, 64)
-		for g := range 64 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if g%2 == 0 {
-					if _, _, err := e.store.TaskByTenant(ctx, "nobody-"+tenantName(g)); !errors.Is(err, task.ErrNotFound) {
-						errs <- errors.New("missing tenant: " + errString(err))
-					}
-					return
+		concurrently(t, 64, func(g int) error {
+			if g%2 == 0 {
+				if _, _, err := e.store.TaskByTenant(ctx, "nobody-"+tenantName(g)); !errors.Is(err, task.ErrNotFound) {
+					return errors.New("missing tenant: " + errString(err))
 				}
-				want := fx.tasks[g%len(fx.tasks)]
-				if got, _, err := e.store.TaskByTenant(ctx, want.TenantID); err != nil || got.ID != want.ID {
-					errs <- errors.New("tenant " + want.TenantID + ": " + errString(err))
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Error(err)
-		}
+				return nil
+			}
+			want := fx.tasks[g%len(fx.tasks)]
+			if got, _, err := e.store.TaskByTenant(ctx, want.TenantID); err != nil || got.ID != want.ID {
+				return errors.New("tenant " + want.TenantID + ": " + errString(err))
+			}
+			return nil
+		})
 	})
 }
 
