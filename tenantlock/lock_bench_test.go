@@ -123,34 +123,23 @@ func BenchmarkAcquire(b *testing.B) {
 
 // BenchmarkAcquireParallel is BenchmarkAcquire from many goroutines: the
 // lock's throughput of task starts.
-func BenchmarkAcquireParallel(b *testing.B) {
-	l, counter, redisCPU := newBenchLocker(b)
-	ctx := context.Background()
-	h := tenantlock.Holder{PlanID: "plan-1", TaskID: "task-1", Instance: "bench-1"}
-	var next atomic.Int64
-	report(b, counter, redisCPU, func() {
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				lease, err := l.Acquire(ctx, "tenant-"+strconv.FormatInt(next.Add(1), 10), h)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				lease.Forget()
-			}
-		})
-	})
-}
+func BenchmarkAcquireParallel(b *testing.B) { benchAcquireParallel(b, 1) }
 
 // BenchmarkAcquireConcurrent is BenchmarkAcquireParallel from 64
 // goroutines, the coordinator's default maxConcurrency: task starts as a
 // plan run makes them.
 func BenchmarkAcquireConcurrent(b *testing.B) {
+	benchAcquireParallel(b, max(1, 64/runtime.GOMAXPROCS(0)))
+}
+
+// benchAcquireParallel acquires (and forgets) a lease of a new tenant in
+// each iteration from parallelism × GOMAXPROCS goroutines.
+func benchAcquireParallel(b *testing.B, parallelism int) {
 	l, counter, redisCPU := newBenchLocker(b)
 	ctx := context.Background()
 	h := tenantlock.Holder{PlanID: "plan-1", TaskID: "task-1", Instance: "bench-1"}
 	var next atomic.Int64
-	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.SetParallelism(parallelism)
 	report(b, counter, redisCPU, func() {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
