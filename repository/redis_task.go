@@ -71,16 +71,8 @@ func encodeTaskWrite(w task.Write) (*taskWrite, error) {
 	if tw.fixed, err = fixedOf(t); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", task.ErrInvalid, op, err)
 	}
-	switch {
-	case w.DeleteCheckpoint:
-		tw.ckpt = "-"
-	case w.Checkpoint != nil:
-		if tw.ckpt, err = marshalCheckpoint(w.Checkpoint); err != nil {
-			return nil, fmt.Errorf("%w: %s: checkpoint: %v", task.ErrInvalid, op, err)
-		}
-	}
-	if tw.events, err = encodeEvents(w.Events); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", task.ErrInvalid, op, err)
+	if tw.ckpt, tw.events, err = encodeWrite(w); err != nil {
+		return nil, err
 	}
 	return tw, nil
 }
