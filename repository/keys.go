@@ -230,7 +230,7 @@ func (k Keys) taskKeys(tenantID, taskID string) (taskKeys, error) {
 	// One allocation holds every key; each is a slice of it:
 	// <task>:timeline <ckpt> <lock> <index>:history <ref>.
 	p := k.prefix
-	b := make([]byte, 0, 5*len(p)+3*len(tenantID)+3*len(taskID)+
+	b := make([]byte, 0, 5*len(p)+4*len(tenantID)+3*len(taskID)+
 		len("task:{}::timeline")+len("ckpt:{}:")+len("lock:tenant:{}")+len("index:tenant:{}:history")+len("taskref:{}"))
 	var tk taskKeys
 	var cuts [6]int

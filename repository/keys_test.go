@@ -163,3 +163,21 @@ func TestNewRedisConfig(t *testing.T) {
 		t.Fatalf("NewRedis(nil) = %v, want ErrConfig", err)
 	}
 }
+
+// TestKeysOneAllocation: a task's keys and a plan's keys are each built in
+// one allocation (they are made for every write and query), whatever the
+// lengths of the ids.
+func TestKeysOneAllocation(t *testing.T) {
+	k, err := NewKeys("dc:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"a", "tenant-with-a-rather-long-name-0123456789", strings.Repeat("t", task.MaxTenantIDLen)} {
+		if n := testing.AllocsPerRun(100, func() { _, _ = k.taskKeys(tenant, "task-01JD0000000000000000000000") }); n != 1 {
+			t.Errorf("taskKeys(%d-byte tenant): %v allocations, want 1", len(tenant), n)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = k.planKeys("plan-01JD0000000000000000000000") }); n != 1 {
+		t.Errorf("planKeys: %v allocations, want 1", n)
+	}
+}
