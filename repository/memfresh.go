@@ -57,14 +57,12 @@ func newFreshSet(planID string, tasks []*task.Task, score int64) (*freshSet, err
 	fs := &freshSet{planID: planID, items: make([]freshItem, len(tasks)), byID: make([]int32, len(tasks)),
 		score: score, left: len(tasks)}
 	for i, t := range tasks {
-		params, err := copyParams(t.Params)
+		cp, err := copyTaskIn(t)
 		if err != nil {
 			return nil, err
 		}
-		c := *t
+		c, params := *cp, cp.Params
 		c.Params, c.Seq = nil, 0
-		c.HeartbeatAt, c.CreatedAt, c.StartedAt = utc(t.HeartbeatAt), utc(t.CreatedAt), utc(t.StartedAt)
-		c.FinishedAt, c.UpdatedAt = utc(t.FinishedAt), utc(t.UpdatedAt)
 		if i == 0 {
 			fs.tmpl = c
 			fs.tmpl.ID, fs.tmpl.TenantID = "", ""
