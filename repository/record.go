@@ -169,28 +169,6 @@ func fixedDigest(parts ...string) string {
 	return string(b[:])
 }
 
-// pairs appends the field/value pairs of the fixed fields (with the digest
-// stored) to dst.
-func (f fixedFields) pairs(dst []string) []string {
-	return append(dst, fPlanID, f.planID, fParams, f.params, fTotalStages, f.totalStages,
-		fCreatedAt, f.createdAt, fFixedSum, f.sum)
-}
-
-// taskBody returns the field/value pairs a write sends for t: the mutable
-// fields and the digest of the fixed ones ("?fixedSum").
-func taskBody(t *task.Task) ([]string, error) {
-	f, err := fixedOf(t)
-	if err != nil {
-		return nil, err
-	}
-	vals := mutableValues(t)
-	out := make([]string, 0, 2*len(mutableFields)+2)
-	for i, name := range mutableFields {
-		out = append(out, name, vals[i])
-	}
-	return append(out, checkFixedSum, f.sum), nil
-}
-
 // taskRecord returns the fields of a new task record (seq 0). Empty and
 // zero values are left out: a missing field reads as "" or 0.
 func taskRecord(t *task.Task) ([]string, error) {

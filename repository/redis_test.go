@@ -282,8 +282,14 @@ func TestRedisWriteReplayIsIdempotent(t *testing.T) {
 		fx := createPlan(t, e, 1, 0)
 		tk := fx.tasks[0]
 		tkk, _ := e.redis.keys.taskKeys(tk.TenantID, tk.ID)
-		body, _ := taskBody(tk)
-		args := strArgs(strArgs([]any{"", 0, 0, "write-1", "", "0", "0", 200, 60000, len(body) / 2}, body...), `{"type":"task.started"}`)
+		// The arguments a write sends (no lock, fence 0, expecting seq 0).
+		tw, err := encodeTaskWrite(task.Write{Task: tk, Events: []task.Event{{Type: task.EventStarted}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tw.timelineMax, tw.ttl = 200, 60000
+		writeID := "write-1"
+		args := tw.scriptArgs(&writeID, false)
 		keys := []string{tkk.task, tkk.ckpt, tkk.timeline, tkk.lock, tkk.index, tkk.history}
 		for i := 0; i < 2; i++ {
 			v, err := e.redis.run(ctx, writeTaskScript, keys, args...)
