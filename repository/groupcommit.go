@@ -50,7 +50,7 @@ type writeReq struct {
 	// The answers, set before done is closed: wt to write_task.lua, mv
 	// (status, applied) or mvErr to the counts move; pending.err a
 	// transport error.
-	wt    *redis.Cmd
+	wt    *evalCmd
 	mv    []any
 	mvErr error
 }
@@ -215,25 +215,21 @@ type moveCall struct {
 	reqs []*writeReq
 	keys []string
 	args []any
-	cmd  *redis.Cmd
+	cmd  *evalCmd
 }
 
 // moveCallArgs are the arguments of one move in a call of several: the
 // first move's 10, then 7 for each further move.
 const moveCallArgs = 7
 
-// sendNow sends the writes in one pipeline, and those of their scripts
-// Redis did not know in a second one as EVAL; it sets each write's answers,
-// or its transport error.
+// sendNow sends the writes in one pipeline (pipe.exec: scripts Redis did
+// not know go again as EVAL); it sets each write's answers, or its
+// transport error.
 func (r *Redis) sendNow(ctx context.Context, reqs []*writeReq) {
 	fail := func(reqs []*writeReq, err error) {
 		for _, req := range reqs {
 			req.err = err
 		}
-	}
-	if err := r.loader.ensure(ctx, r.c); err != nil {
-		fail(reqs, err)
-		return
 	}
 	var moves []*moveCall
 	for _, req := range reqs {
@@ -258,54 +254,28 @@ func (r *Redis) sendNow(ctx context.Context, reqs []*writeReq) {
 		}
 		mc.reqs = append(mc.reqs, req)
 	}
-	p := r.c.Pipeline()
+	// A NOSCRIPT answer sends the script again with EVAL (pipe.exec); if
+	// that second round trip fails, every write of the batch gets the error
+	// — those whose scripts ran will find out when they are sent again
+	// (the replay is recognised by its write id).
+	pp := r.pipeline()
 	for _, req := range reqs {
-		req.wt = p.EvalSha(ctx, writeTaskScript.sha, req.wKeys, req.wArgs...)
+		req.wt = pp.eval(ctx, writeTaskScript, req.wKeys, req.wArgs...)
 	}
 	for _, mc := range moves {
-		mc.cmd = p.EvalSha(ctx, movePlanCountsScript.sha, mc.keys, mc.args...)
+		mc.cmd = pp.eval(ctx, movePlanCountsScript, mc.keys, mc.args...)
 	}
 	for _, req := range reqs {
 		if req.ref != "" {
-			p.PExpire(ctx, req.ref, r.cfg.TTL)
+			pp.p.PExpire(ctx, req.ref, r.cfg.TTL)
 		}
 	}
-	cmds, err := p.Exec(ctx)
-	if err := transportErr(cmds, err); err != nil {
+	if err := pp.exec(ctx); err != nil {
 		fail(reqs, err)
 		return
 	}
-	var again []*writeReq
-	var againMoves []*moveCall
-	for _, req := range reqs {
-		if isNoScript(req.wt.Err()) {
-			again = append(again, req)
-		}
-	}
 	for _, mc := range moves {
-		if isNoScript(mc.cmd.Err()) {
-			againMoves = append(againMoves, mc)
-		}
-	}
-	if len(again)+len(againMoves) > 0 {
-		r.loader.loaded.Store(false)
-		p = r.c.Pipeline()
-		for _, req := range again {
-			req.wt = p.Eval(ctx, writeTaskScript.src, req.wKeys, req.wArgs...)
-		}
-		for _, mc := range againMoves {
-			mc.cmd = p.Eval(ctx, movePlanCountsScript.src, mc.keys, mc.args...)
-		}
-		cmds, err = p.Exec(ctx)
-		if err := transportErr(cmds, err); err != nil {
-			fail(again, err)
-			for _, mc := range againMoves {
-				fail(mc.reqs, err)
-			}
-		}
-	}
-	for _, mc := range moves {
-		v, err := mc.cmd.Slice()
+		v, err := mc.cmd.cmd.Slice()
 		if err == nil && len(v) < 2*len(mc.reqs) {
 			err = fmt.Errorf("move plan counts: %d answers for %d moves", len(v)/2, len(mc.reqs))
 		}

@@ -130,7 +130,7 @@ func (r *Redis) writeEncoded(ctx context.Context, tw *taskWrite, writeID string)
 	if err := r.send(req); err != nil {
 		return task.WriteResult{}, wrapErr(ctx, op, err)
 	}
-	v, err := req.wt.Slice()
+	v, err := req.wt.cmd.Slice()
 	if err != nil {
 		return task.WriteResult{}, wrapErr(ctx, op, err)
 	}
@@ -141,7 +141,7 @@ func (r *Redis) writeEncoded(ctx context.Context, tw *taskWrite, writeID string)
 		if err := r.send(again); err != nil {
 			return task.WriteResult{}, wrapErr(ctx, op, err)
 		}
-		if v, err = again.wt.Slice(); err != nil {
+		if v, err = again.wt.cmd.Slice(); err != nil {
 			return task.WriteResult{}, wrapErr(ctx, op, err)
 		}
 	}
