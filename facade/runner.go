@@ -394,12 +394,13 @@ func (r *taskRun) write(prev task.Status, ck *checkpoint.Checkpoint, release boo
 // applies it. While Redis is unreachable the write waits here — the
 // double-writing store shows it from memory meanwhile — and goes through
 // the fenced script when Redis is back, re-acquiring a lapsed lease first
-// if nobody took the tenant. A refused write stops the run.
+// if nobody took the tenant. A refused write stops the run. Every attempt
+// carries the same write id: an attempt whose answer was lost but which
+// landed is answered as written when sent again, with the stored result.
 func (r *taskRun) commit(w task.Write) error {
-	w.Task, w.ExpectSeq, w.Events = r.t, r.t.Seq, r.events
+	w.Task, w.ExpectSeq, w.Events, w.ID = r.t, r.t.Seq, r.events, task.NewWriteID()
 	delay := 50 * time.Millisecond
 	waiting := false
-	retried := false
 	for {
 		w.Guard, w.Events = r.guard(), r.events // a retake adds its event
 		ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
@@ -414,18 +415,10 @@ func (r *taskRun) commit(w task.Write) error {
 		}
 		var refused *task.RefusedError
 		if errors.As(err, &refused) {
-			if retried && r.landed(w, refused) {
-				// An earlier attempt whose answer was lost had landed: the
-				// stored record is this very write.
-				r.log.Info().Msg("an earlier attempt of the write had landed")
-				r.applied(w, task.WriteResult{Seq: refused.Seq})
-				return nil
-			}
 			if r.ownsRecord(w, refused) && refused.Reason == task.RefusedLock {
 				// Our lock key lapsed (Redis was slow or away) but the record
 				// is still ours: take the lease back if nobody took the tenant.
 				if ok, stop := r.retake(); ok {
-					retried = true
 					continue
 				} else if stop != nil {
 					return stop
@@ -439,7 +432,6 @@ func (r *taskRun) commit(w task.Write) error {
 			r.released = true // the lock is not ours (or gone); never delete it
 			return fmt.Errorf("%w: %w", errStoreRefused, err)
 		}
-		retried = true
 		if !IsUnavailable(err) {
 			return err
 		}
@@ -466,16 +458,6 @@ func (r *taskRun) commit(w task.Write) error {
 		r.c.sleep(delay)
 		delay = min(delay*2, time.Second)
 	}
-}
-
-// landed reports whether a refused write was in fact stored by an earlier
-// attempt whose answer was lost: the record is at the write's seq, with its
-// fence, owner and status. While the run holds the lease nobody else writes
-// the record with this fence (writes without the lock only apply to tasks
-// that are not RUNNING).
-func (r *taskRun) landed(w task.Write, refused *task.RefusedError) bool {
-	return refused.Seq == w.ExpectSeq+1 && refused.Fence == w.Guard.Fence &&
-		refused.Owner == r.c.cfg.Instance && refused.Status == w.Task.Status
 }
 
 // ownsRecord reports whether the stored record is still the one this run

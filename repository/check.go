@@ -61,6 +61,9 @@ func checkWrite(w task.Write) error {
 	if w.ExpectSeq < 0 {
 		return fmt.Errorf("%w: %s: expected seq %d", task.ErrInvalid, op, w.ExpectSeq)
 	}
+	if w.ID != "" && !task.ValidWriteID(w.ID) {
+		return fmt.Errorf("%w: %s: write id %s", task.ErrInvalid, op, task.Quote(w.ID))
+	}
 	if movesCounts(w) {
 		if err := checkPlanID(t.PlanID); err != nil {
 			return fmt.Errorf("%s: %w", op, err)

@@ -594,7 +594,7 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 	if err := checkWrite(w); err != nil {
 		return task.WriteResult{}, err
 	}
-	writeID := newWriteID()
+	writeID := writeIDOf(w)
 	var memRes task.WriteResult
 	apply := func() (*queuedOp, error) {
 		cw, err := copyWrite(w)

@@ -2,13 +2,10 @@ package repository
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -81,19 +78,12 @@ func (r *Redis) ttlMs() int64 { return r.cfg.TTL.Milliseconds() }
 
 func (r *Redis) now() time.Time { return r.cfg.Clock() }
 
-// Write ids are a random prefix per process (64 bits) and a counter:
-// unique without reading crypto/rand on every write.
-var (
-	writeIDPrefix = func() string {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		return hex.EncodeToString(b[:])
-	}()
-	writeIDCount atomic.Uint64
-)
-
-func newWriteID() string {
-	return writeIDPrefix + strconv.FormatUint(writeIDCount.Add(1), 36)
+// writeIDOf is the id of w (task.Write.ID), or a new one.
+func writeIDOf(w task.Write) string {
+	if w.ID != "" {
+		return w.ID
+	}
+	return task.NewWriteID()
 }
 
 func pageLimit(n int) int {

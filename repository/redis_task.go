@@ -29,7 +29,7 @@ import (
 // The stored fence becomes w.Guard.Fence. After an *UnavailableError the
 // outcome is unknown: read the task (its Seq tells whether the write landed).
 func (r *Redis) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, error) {
-	return r.writeTask(ctx, w, newWriteID())
+	return r.writeTask(ctx, w, writeIDOf(w))
 }
 
 // writeTask is WriteTask with the write id given: sending the same write

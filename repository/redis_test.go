@@ -745,3 +745,62 @@ func TestRedisPlansIndexPruned(t *testing.T) {
 		}
 	})
 }
+
+// TestRedisResentWriteAnsweredAsWritten: a write sent again with its id
+// (an attempt whose answer was lost had landed) is answered as written,
+// with the stored result — seq, requests and the plan's status — and
+// changes nothing more: one timeline entry, counts moved once. A write
+// with a new id is refused.
+func TestRedisResentWriteAnsweredAsWritten(t *testing.T) {
+	t.Parallel()
+	eachRedis(t, Config{}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		fx := createPlan(t, e, 1, 0)
+		r := start(t, e, fx.tasks[0], 1)
+		if _, err := e.store.RequestTask(ctx, r.tk.TenantID, r.tk.ID, task.RequestPause,
+			task.Event{At: e.clock.Now(), Type: task.EventPauseRequested}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.tk.Complete(e.clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+		w := task.Write{Task: r.tk, PrevStatus: task.StatusRunning, ExpectSeq: r.tk.Seq, Guard: r.guard, ReleaseLock: true,
+			ID: "resend-1", Events: []task.Event{{Type: task.EventCompleted}}}
+		first, err := e.store.WriteTask(ctx, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := e.store.WriteTask(ctx, w)
+		if err != nil {
+			t.Fatalf("the same write sent again: %v, want it answered as written", err)
+		}
+		if again.Seq != first.Seq || again.PauseRequested != first.PauseRequested || !again.PauseRequested ||
+			again.PlanStatus != string(plan.StatusCompleted) {
+			t.Errorf("resent write answered %+v, first %+v; want the same seq and requests, plan COMPLETED", again, first)
+		}
+		tl, _ := e.store.Timeline(ctx, r.tk.TenantID, r.tk.ID, 0)
+		if n := countType(tl, task.EventCompleted); n != 1 {
+			t.Errorf("%d task.completed entries after a resent write, want 1", n)
+		}
+		if counts := checkCounts(t, e, fx.plan.ID); counts[task.StatusCompleted] != 1 {
+			t.Errorf("counts %s, want 1 COMPLETED", countsString(counts))
+		}
+		w.ID = "other-1"
+		_, err = e.store.WriteTask(ctx, w)
+		refusedAs(t, err, task.RefusedLock) // released by the write it repeats
+		w.ID = "bad id{*}"
+		if _, err := e.store.WriteTask(ctx, w); !errors.Is(err, task.ErrInvalid) {
+			t.Errorf("write id with spaces, braces and a glob: %v, want ErrInvalid", err)
+		}
+	})
+}
+
+func countType(evs []task.Event, typ task.EventType) int {
+	n := 0
+	for _, ev := range evs {
+		if ev.Type == typ {
+			n++
+		}
+	}
+	return n
+}

@@ -1,8 +1,12 @@
 package task
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync/atomic"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
 )
@@ -45,6 +49,42 @@ type Write struct {
 	// ReleaseLock deletes the tenant lock held with Guard.LockValue in the
 	// same atomic step as the write (the task's last write of a run).
 	ReleaseLock bool
+	// ID names the write so that sending it again is safe: a store that
+	// finds it already applied (an earlier attempt whose answer was lost)
+	// answers it as written, with the stored result. Empty: the store gives
+	// each call an id of its own (see NewWriteID and ValidWriteID).
+	ID string
+}
+
+// Write ids are a random prefix per process (64 bits) and a counter:
+// unique without reading crypto/rand on every write.
+var (
+	writeIDPrefix = func() string {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		return hex.EncodeToString(b[:])
+	}()
+	writeIDCount atomic.Uint64
+)
+
+// NewWriteID returns a write id unique across processes.
+func NewWriteID() string {
+	return writeIDPrefix + strconv.FormatUint(writeIDCount.Add(1), 36)
+}
+
+// ValidWriteID reports whether id may name a write: 1 to 64 ASCII letters,
+// digits, '.', '_' or '-' (it is stored in records and ledger entries).
+func ValidWriteID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // WriteResult is what a store reports after a successful Write.

@@ -1,0 +1,117 @@
+package facade_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+)
+
+// loseFinalAnswer lets the first task write to COMPLETED reach Redis and
+// replaces its answer (and its pipeline's) with a transport error: the
+// write landed, the runner does not know.
+type loseFinalAnswer struct{ hits atomic.Int32 }
+
+func (h *loseFinalAnswer) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *loseFinalAnswer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if err := next(ctx, cmd); err != nil {
+			return err
+		}
+		return h.lose([]redis.Cmder{cmd})
+	}
+}
+
+func (h *loseFinalAnswer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if err := next(ctx, cmds); err != nil {
+			return err
+		}
+		return h.lose(cmds)
+	}
+}
+
+// lose sets a transport error on every command of cmds when one of them is
+// the first write_task call (six keys) storing status COMPLETED.
+func (h *loseFinalAnswer) lose(cmds []redis.Cmder) error {
+	hit := false
+	for _, c := range cmds {
+		args := c.Args()
+		if (c.Name() != "evalsha" && c.Name() != "eval") || len(args) < 3 || fmt.Sprint(args[2]) != "6" {
+			continue
+		}
+		for _, a := range args[3:] {
+			if s, ok := a.(*string); ok && *s == string(task.StatusCompleted) {
+				hit = true
+			}
+		}
+	}
+	if !hit || h.hits.Add(1) != 1 {
+		return nil
+	}
+	err := errors.New("read tcp 127.0.0.1:6379: i/o timeout (injected: the answer was lost)")
+	for _, c := range cmds {
+		c.SetErr(err)
+	}
+	return err
+}
+
+// TestLostAnswerOfLandedWrite: the task's final write lands but its answer
+// is lost. The runner sends it again with the same write id and is answered
+// as written with the stored result: the task is COMPLETED once (one
+// task.completed entry, counts moved once), and the plan's completion —
+// known only from the write's result — reaches the feed.
+func TestLostAnswerOfLandedWrite(t *testing.T) {
+	t.Parallel()
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		hook := &loseFinalAnswer{}
+		hooked := redistest.Backend{Name: be.Name, Mini: be.Mini, New: func(t testing.TB) (redis.UniversalClient, string) {
+			c, prefix := be.New(t)
+			c.AddHook(hook)
+			return c, prefix
+		}}
+		b := setup(t, hooked)
+		v := b.create(spec([]task.StageSpec{noopStage("one")}, "t-lost"))
+		pv := b.waitPlan(b.coord, v.ID, plan.StatusCompleted, plan.StatusFailed)
+		b.idle(b.coord)
+		if n := hook.hits.Load(); n < 1 {
+			t.Fatal("the final write's answer was never lost (hook not hit)")
+		}
+		tv := b.waitTask(b.coord, "t-lost", task.StatusCompleted)
+		if pv.Status != plan.StatusCompleted || pv.Counts[task.StatusCompleted] != 1 || pv.Counts.Total() != 1 {
+			t.Errorf("plan %s counts %v, want COMPLETED with 1 task completed", pv.Status, pv.Counts)
+		}
+		tl, err := b.coord.Timeline(context.Background(), "t-lost", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range tl.Events {
+			if e.Type == task.EventCompleted {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d task.completed entries, want 1: %v", n, eventTypes(tl.Events))
+		}
+		eventually(t, 5*time.Second, func() error {
+			evs, _, err := b.coord.Events(context.Background(), task.FeedFilter{PlanID: v.ID, Type: "plan.completed", Limit: 10}, 0)
+			if err != nil {
+				return err
+			}
+			if len(evs) != 1 {
+				return fmt.Errorf("%d plan.completed events in the feed, want 1 (task %s)", len(evs), tv.Status)
+			}
+			return nil
+		})
+	})
+}
