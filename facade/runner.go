@@ -418,10 +418,18 @@ func (r *taskRun) commit(w task.Write) error {
 			if r.ownsRecord(w, refused) && refused.Reason == task.RefusedLock {
 				// Our lock key lapsed (Redis was slow or away) but the record
 				// is still ours: take the lease back if nobody took the tenant.
-				if ok, stop := r.retake(); ok {
-					continue
-				} else if stop != nil {
+				ok, stop := r.retake()
+				if stop != nil {
 					return stop
+				}
+				if !ok && r.c.hardStop.Err() == nil {
+					// Redis could not tell whether the tenant was taken:
+					// ask again, as after an unreachable write.
+					r.c.sleep(delay)
+					delay = min(delay*2, time.Second)
+				}
+				if ok || r.c.hardStop.Err() == nil {
+					continue
 				}
 			}
 			r.c.obs.WriteRefused(refused.Reason)
