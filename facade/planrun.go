@@ -288,6 +288,7 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 	}
 	r := c.newRun(t, pr.p, pr.stages, checkpoint.Empty(), lease, pr)
 	if !c.register(r) {
+		r.abandon()
 		c.releaseQuietly(lease)
 		return
 	}

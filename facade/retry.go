@@ -304,6 +304,7 @@ func (c *Coordinator) rerun(ctx context.Context, t *task.Task, p *plan.Plan, sta
 	}
 	r := c.newRun(fresh, p, stages, base, lease, pr)
 	if !c.register(r) {
+		r.abandon()
 		return fail(wrapf(ErrShuttingDown, "instance %s is shutting down", c.cfg.Instance))
 	}
 	if pr != nil {

@@ -87,6 +87,14 @@ func (r *taskRun) hold(lease *tenantlock.Lease) {
 	r.stopBeat = r.heartbeat(lease, r.cancel)
 }
 
+// abandon undoes newRun for a run that was never registered: its heartbeat
+// and contexts stop (the caller releases the lease).
+func (r *taskRun) abandon() {
+	r.stopBeat()
+	r.cancel(nil)
+	r.stopRun()
+}
+
 // register makes the run visible to requests on this instance; it returns
 // false when the instance is shutting down.
 func (c *Coordinator) register(r *taskRun) bool {
@@ -651,6 +659,7 @@ func (r *taskRun) heartbeat(lease *tenantlock.Lease, cancel context.CancelCauseF
 		err := r.c.store.Beat(ctx, tenantID, taskID, g, r.c.now())
 		cancelBeat()
 		var refused *task.RefusedError
+		again := true
 		switch {
 		case errors.As(err, &refused) && refused.Reason == task.RefusedLock && refused.Fence == g.Fence && refused.Owner == r.c.cfg.Instance:
 			// The lock key lapsed but the record is still ours: not a loss
@@ -659,12 +668,13 @@ func (r *taskRun) heartbeat(lease *tenantlock.Lease, cancel context.CancelCauseF
 		case errors.As(err, &refused):
 			r.log.Error().Err(err).Msg("heartbeat refused: another instance owns the task")
 			cancel(fmt.Errorf("%w: heartbeat refused: %w", tenantlock.ErrLeaseRefused, err))
+			again = false // every further beat would be refused too
 		case err != nil:
 			r.log.Warn().Err(err).Msg("heartbeat failed")
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if !stopped {
+		if !stopped && again {
 			beatTimer = time.AfterFunc(every, beat)
 		}
 	}
