@@ -191,10 +191,9 @@ func (pr *planRun) leftovers() bool {
 	if !pr.c.sleep(pr.c.cfg.LockWaitPoll) {
 		return false
 	}
-	pr.mu.Lock()
-	pr.queue, pr.next = append(pr.queue[:0], items...), 0
-	pr.mu.Unlock()
-	return true
+	// Added to what is queued: a resume may have queued items since the
+	// workers left (the run has not ended, so enqueue takes them).
+	return pr.enqueue(items)
 }
 
 // take returns the next item to run, waiting while the plan is paused; ok is
