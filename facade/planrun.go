@@ -279,7 +279,6 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 		return
 	}
 	prev := t.Status
-	orig := t.Clone()
 	if err := t.Start(c.now(), c.cfg.Instance, lease.Fence()); err != nil {
 		log.Error().Err(err).Msg("start task")
 		c.releaseQuietly(lease)
@@ -301,10 +300,12 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 		}
 		// The start never landed (our lock lapsed during an outage and the
 		// tenant may be someone else's now, or the write failed): the task
-		// is still PENDING. Queue it again, so it is not stranded; it goes
-		// through the lock and the plan's onTenantLocked policy again.
-		log.Warn().Err(err).Msg("could not mark task RUNNING; queued again")
-		pr.enqueue([]planItem{{t: orig, mode: itemStart}})
+		// is still PENDING. It is not stranded: before the run ends,
+		// leftovers reads the plan's PENDING tasks again (fresh records,
+		// after a pause) and starts them through the lock and the plan's
+		// onTenantLocked policy again.
+		log.Warn().Err(err).Msg("could not mark task RUNNING; it will be started again")
+		pr.leftBehind.Store(true)
 		return
 	}
 	c.obs.TaskStarted()

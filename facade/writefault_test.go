@@ -115,3 +115,77 @@ func TestLostAnswerOfLandedWrite(t *testing.T) {
 		})
 	})
 }
+
+// failFirstStart answers the first write_task call storing status RUNNING
+// (a task's start) with an error reply, without sending it.
+type failFirstStart struct{ hits atomic.Int32 }
+
+func (h *failFirstStart) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failFirstStart) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.hit(cmd) {
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *failFirstStart) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if h.hit(c) {
+				// The whole pipeline fails with the reply (nothing is sent).
+				for _, o := range cmds {
+					o.SetErr(c.Err())
+				}
+				return c.Err()
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *failFirstStart) hit(c redis.Cmder) bool {
+	args := c.Args()
+	if (c.Name() != "evalsha" && c.Name() != "eval") || len(args) < 3 || fmt.Sprint(args[2]) != "6" {
+		return false
+	}
+	for _, a := range args[3:] {
+		if s, ok := a.(*string); ok && *s == string(task.StatusRunning) {
+			if h.hits.Add(1) != 1 {
+				return false
+			}
+			c.SetErr(replyError("ERR injected start write failure"))
+			return true
+		}
+	}
+	return false
+}
+
+// TestStartWriteFailureStartsAgain: a task whose start write fails (an
+// error reply: not unavailable, not refused) is still PENDING; the plan
+// run reads it again from the store before it ends and starts it: the plan
+// completes, the task ran once, with attempt 1.
+func TestStartWriteFailureStartsAgain(t *testing.T) {
+	t.Parallel()
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		hook := &failFirstStart{}
+		hooked := redistest.Backend{Name: be.Name, Mini: be.Mini, New: func(t testing.TB) (redis.UniversalClient, string) {
+			c, prefix := be.New(t)
+			c.AddHook(hook)
+			return c, prefix
+		}}
+		b := setup(t, hooked)
+		v := b.create(spec([]task.StageSpec{b.httpStage("one", task.RetryPolicy{})}, "t-start"))
+		pv := b.waitPlan(b.coord, v.ID, plan.StatusCompleted, plan.StatusFailed, plan.StatusPaused)
+		b.idle(b.coord)
+		if n := hook.hits.Load(); n < 1 {
+			t.Fatal("the start write was never failed (hook not hit)")
+		}
+		tv := b.waitTask(b.coord, "t-start", task.StatusCompleted)
+		if pv.Status != plan.StatusCompleted || tv.Attempt != 1 || b.target.count("t-start", "one") != 1 {
+			t.Errorf("plan %s, task attempt %d, stage called %d times; want COMPLETED, 1, 1", pv.Status, tv.Attempt, b.target.count("t-start", "one"))
+		}
+	})
+}
