@@ -365,7 +365,8 @@ func (b *batcher) busy() int {
 
 // TestAcquireScriptIdempotent runs acquire_lock.lua twice with one value, as
 // a client retry after a lost answer does: the second run answers the same
-// token and writes nothing; with the counter gone it answers -1.
+// token, moves no counter and gives the lock a whole lease again; with the
+// counter gone it answers -1.
 func TestAcquireScriptIdempotent(t *testing.T) {
 	t.Parallel()
 	for _, b := range redistest.Backends() {
@@ -385,8 +386,15 @@ func TestAcquireScriptIdempotent(t *testing.T) {
 			if first <= 0 {
 				t.Fatalf("first run = %d, want a token", first)
 			}
+			// The first run's lease has partly gone by when the retry runs:
+			// the retry gives the key a whole lease again (the caller counts
+			// its lease from the retry's start).
+			tb.client.PExpire(ctx, tb.lockKey("acme"), 2*time.Second)
 			if again := run("value-1"); again != first {
 				t.Errorf("second run with the same value = %d, want the same token %d", again, first)
+			}
+			if ttl := tb.client.PTTL(ctx, tb.lockKey("acme")).Val(); ttl <= 2*time.Second {
+				t.Errorf("lock TTL after the second run = %s, want the lease (10s) again", ttl)
 			}
 			if other := run("value-2"); other != 0 {
 				t.Errorf("run with another value = %d, want 0 (held)", other)

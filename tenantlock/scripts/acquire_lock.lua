@@ -1,7 +1,8 @@
 -- acquire_lock.lua: KEYS[1] lock key, KEYS[2] fence key; ARGV[1] lock value, ARGV[2] lease (ms),
 -- ARGV[3] fence floor (unix ms) => returns the new fencing token (> 0) when the lock was free and
 -- now holds ARGV[1] for ARGV[2] ms; 0 when another value holds it (nothing written); the token
--- again when the lock already holds ARGV[1] (see below), or -1 if the counter is gone then.
+-- again, the lock's TTL set to ARGV[2] ms again, when the lock already holds ARGV[1] (see below),
+-- or -1 if the counter is gone then.
 --
 -- The token is taken only by the caller that gets the lock, in the same atomic step. The fence
 -- counter never expires; the floor keeps tokens above every earlier one even when the counter was
@@ -19,6 +20,9 @@ end
 if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
   if redis.call("GET", KEYS[1]) == ARGV[1] then
     if current then
+      -- The caller counts its lease from this call's start: give the key a
+      -- whole lease again, or it would end before the caller thinks.
+      redis.call("PEXPIRE", KEYS[1], ARGV[2])
       return tonumber(current)
     end
     return -1
