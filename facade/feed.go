@@ -71,11 +71,6 @@ func (c *Coordinator) TasksByTenant(ctx context.Context, tenantIDs []string) (ma
 	if err != nil {
 		return nil, translate(err, "tasks")
 	}
-	if len(ts) < len(tenantIDs) && c.degraded() {
-		// Answered from memory, which holds only running work: a tenant
-		// missing here may well have a task in Redis. Do not say "none".
-		return nil, wrapf(ErrUnavailable, "redis is unreachable and %d of the %d tenants are not in this instance's memory", len(tenantIDs)-len(ts), len(tenantIDs))
-	}
 	out := make(map[string]TaskView, len(ts))
 	for id, t := range ts {
 		out[id] = c.taskView(t, cks[id])

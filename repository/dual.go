@@ -731,29 +731,33 @@ func (d *Dual) Task(ctx context.Context, taskID string) (*task.Task, *checkpoint
 	return v.t, v.c, err
 }
 
-// TasksByTenant reads Redis, or memory when Redis is unreachable. While
-// writes are queued, memory's tasks (the newest state) replace Redis' ones.
+// TasksByTenant reads Redis, or memory when Redis is unreachable — an
+// *UnavailableError then when memory lacks one of the tenants. While writes
+// are queued, memory's tasks (the newest state) replace Redis' ones.
 func (d *Dual) TasksByTenant(ctx context.Context, tenantIDs []string) (map[string]*task.Task, map[string]*checkpoint.Checkpoint, error) {
-	if !d.queued() {
-		type both struct {
-			t map[string]*task.Task
-			c map[string]*checkpoint.Checkpoint
+	var mts map[string]*task.Task
+	var mcs map[string]*checkpoint.Checkpoint
+	if d.queued() {
+		var err error
+		if mts, mcs, err = d.mem.TasksByTenant(ctx, tenantIDs); err != nil {
+			return nil, nil, err
 		}
-		ts, cs, err := d.r.TasksByTenant(ctx, tenantIDs)
-		v, err := fallback(d, both{ts, cs}, err, func() (both, error) {
-			ts, cs, err := d.mem.TasksByTenant(ctx, tenantIDs)
-			return both{ts, cs}, err
-		})
-		return v.t, v.c, err
-	}
-	mts, mcs, err := d.mem.TasksByTenant(ctx, tenantIDs)
-	if err != nil {
-		return nil, nil, err
 	}
 	ts, cs, err := d.r.TasksByTenant(ctx, tenantIDs)
 	d.observe(err)
 	switch {
 	case IsUnavailable(err):
+		if mts == nil {
+			if mts, mcs, err = d.mem.TasksByTenant(ctx, tenantIDs); err != nil {
+				return nil, nil, err
+			}
+		}
+		// Memory holds only this instance's unfinished work: a tenant it
+		// lacks may well have a task in Redis, so "none" would be a lie.
+		if missing := missingTenants(mts, tenantIDs); missing > 0 {
+			return nil, nil, &UnavailableError{Op: "tasks by tenant", msg: fmt.Sprintf(
+				"memory holds only this instance's unfinished work, not the tasks of %d of the %d tenants", missing, len(tenantIDs))}
+		}
 		return mts, mcs, nil
 	case err != nil:
 		return nil, nil, err
@@ -766,6 +770,17 @@ func (d *Dual) TasksByTenant(ctx context.Context, tenantIDs []string) (map[strin
 		}
 	}
 	return ts, cs, nil
+}
+
+// missingTenants counts the distinct tenants of ids that ts lacks.
+func missingTenants(ts map[string]*task.Task, ids []string) int {
+	missing := map[string]bool{}
+	for _, id := range ids {
+		if ts[id] == nil {
+			missing[id] = true
+		}
+	}
+	return len(missing)
 }
 
 // TenantHistory reads Redis, or memory (see Dual).

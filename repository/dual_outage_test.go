@@ -450,3 +450,54 @@ func TestDualSingleInstanceCloseReportsLostWrites(t *testing.T) {
 		t.Fatalf("Close of a multi-instance Dual: %v", err)
 	}
 }
+
+// TestDualTasksByTenantQueued: a single-instance Dual with writes queued
+// answers tenant queries from Redis merged with memory while Redis answers
+// (a tenant in neither has no task: absent, no error), and from memory
+// alone while it does not — unavailable then if memory lacks a tenant.
+func TestDualTasksByTenantQueued(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	e := newRedisEnv(t, outageClient(t, srv), "x:", Config{})
+	// No probe during the test: the queue stays until it ends.
+	d := NewDual(NewMemory(MemoryConfig{Clock: e.clock.Now, DropFinished: true}), e.redis, DualConfig{
+		SingleInstance: true, ProbeInterval: time.Hour, ReplayTimeout: time.Second,
+	})
+	d.Start(ctxT(t))
+	t.Cleanup(func() { _ = d.Close() })
+	de := *e
+	de.store = d
+	ctx := ctxT(t)
+	fx := createPlan(t, &de, 2, 0)
+	r0 := start(t, &de, fx.tasks[0], 1)
+
+	srv.Stop()
+	r0.stage(1)
+	if d.Pending() == 0 {
+		t.Fatal("the write to a paused Redis was not queued")
+	}
+	if _, _, err := d.TasksByTenant(ctx, []string{tenantName(0), "nobody"}); !IsUnavailable(err) {
+		t.Errorf("Redis down, a tenant memory lacks: %v, want unavailable", err)
+	}
+	if ts, _, err := d.TasksByTenant(ctx, []string{tenantName(0), tenantName(0)}); err != nil || ts[tenantName(0)].StageIndex != 1 {
+		t.Errorf("Redis down, a tenant memory holds (twice): %v, %v; want it at stage 1", ts, err)
+	}
+
+	srv.Cont()
+	ts, _, err := d.TasksByTenant(ctx, []string{tenantName(0), tenantName(1), "nobody"})
+	if err != nil {
+		t.Fatalf("Redis back, writes still queued: %v, want an answer", err)
+	}
+	if d.Pending() == 0 {
+		t.Fatal("the queue drained during the test: it no longer checks the queued case")
+	}
+	if got := ts[tenantName(0)]; got == nil || got.StageIndex != 1 {
+		t.Errorf("tenant 0 = %+v, want memory's newest state (stage 1)", got)
+	}
+	if got := ts[tenantName(1)]; got == nil || got.Status != task.StatusPending {
+		t.Errorf("tenant 1 = %+v, want its PENDING task", got)
+	}
+	if got, ok := ts["nobody"]; ok {
+		t.Errorf("a tenant without a task answered %+v, want absent", got)
+	}
+}
