@@ -99,7 +99,10 @@ type Coordinator struct {
 	mu    sync.Mutex
 	plans map[string]*planRun // plans this instance starts tasks for
 	tasks map[string]*taskRun // task runs on this instance, by task id
-	runs  sync.WaitGroup
+	// acquiring counts, by task id, the calls on this instance between
+	// taking a task's lock and registering its run (beginAcquire).
+	acquiring map[string]int
+	runs      sync.WaitGroup
 
 	closing atomic.Bool
 	// hardStop is cancelled when the shutdown grace period ends: stages

@@ -263,6 +263,8 @@ func (pr *planRun) runItem(it planItem) {
 func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 	log := pr.log.With().Str("task_id", t.ID).Str("tenant_id", t.TenantID).Logger()
 	c.waitSuspect()
+	acquired := c.beginAcquire(t.ID)
+	defer acquired()
 	lease, err := c.acquire(pr, t)
 	if err != nil {
 		var locked *tenantlock.LockedError
@@ -285,7 +287,9 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 		return
 	}
 	r := c.newRun(t, pr.p, pr.stages, checkpoint.Empty(), lease, pr)
-	if !c.register(r) {
+	registered := c.register(r)
+	acquired()
+	if !registered {
 		r.abandon()
 		c.releaseQuietly(lease)
 		return
@@ -374,8 +378,18 @@ func (c *Coordinator) refuseStart(t *task.Task, reason string, log zerolog.Logge
 // an earlier attempt whose answer was lost (Redis ran the SET NX after the
 // call timed out), so t does not wait a lease for its own lock or, worse,
 // get skipped as "running elsewhere". It returns true when it freed one.
+//
+// The caller must be inside beginAcquire for t: a lock taken by another
+// call on this instance that has not registered its run yet (a retry racing
+// a resume) is live, not stale.
 func (c *Coordinator) freeOwnStaleLock(t *task.Task, locked *tenantlock.LockedError) bool {
-	if locked.Holder.TaskID != t.ID || locked.Holder.Instance != c.cfg.Instance || c.localRun(t.ID) != nil {
+	if locked.Holder.TaskID != t.ID || locked.Holder.Instance != c.cfg.Instance {
+		return false
+	}
+	c.mu.Lock()
+	live := c.tasks[t.ID] != nil || c.acquiring[t.ID] > 1
+	c.mu.Unlock()
+	if live {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
@@ -386,6 +400,28 @@ func (c *Coordinator) freeOwnStaleLock(t *task.Task, locked *tenantlock.LockedEr
 	c.log.Warn().Str("task_id", t.ID).Str("tenant_id", t.TenantID).Int64("fence", locked.Fence).
 		Msg("freed this instance's own stale lock from an attempt whose answer was lost")
 	return true
+}
+
+// beginAcquire marks a call that takes the lock of task taskID and
+// registers its run (see freeOwnStaleLock); done ends it (it may be called
+// more than once).
+func (c *Coordinator) beginAcquire(taskID string) (done func()) {
+	c.mu.Lock()
+	if c.acquiring == nil {
+		c.acquiring = map[string]int{}
+	}
+	c.acquiring[taskID]++
+	c.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			if c.acquiring[taskID]--; c.acquiring[taskID] <= 0 {
+				delete(c.acquiring, taskID)
+			}
+			c.mu.Unlock()
+		})
+	}
 }
 
 func (c *Coordinator) releaseQuietly(lease *tenantlock.Lease) {
