@@ -87,6 +87,9 @@
 //
 // With Accept: text/event-stream the same route streams Server-Sent Events:
 //
+//	a Config.MaxStreams slot ──none free──► 503, Retry-After: 1
+//	   │ gives back its Config.MaxInFlight slot
+//	   ▼
 //	first read (no wait) ──error──► problem answer (400, 503)
 //	   │ ok: 200 text/event-stream, "retry: 2000", the events
 //	   ▼
@@ -98,8 +101,10 @@
 //	         Last-Event-ID, which wins over ?after=)
 //
 // Each write extends the write deadline, so the server's WriteTimeout does
-// not end a stream. A stream holds one of Config.MaxInFlight slots for its
-// life.
+// not end a stream. A stream holds one of Config.MaxStreams slots for its
+// life (none free: 503 with Retry-After) and gives back its
+// Config.MaxInFlight slot, so that open streams cannot lock out the other
+// requests.
 //
 // GET /v1/instances lists the instance registry. GET /readyz is 200 only
 // when Config.Ready (Redis PING) succeeds; both answers carry "checks":

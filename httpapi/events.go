@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"regexp"
 	"strings"
 	"time"
 
@@ -29,6 +28,9 @@ const (
 	// MaxLongPollsDefault bounds the long polls waiting at once on one
 	// instance: each holds a Redis connection while it waits.
 	MaxLongPollsDefault = 64
+	// MaxStreamsDefault bounds the event streams open at once on one
+	// instance.
+	MaxStreamsDefault = 64
 	// LongPollChunk is the longest single blocking read of a long poll or
 	// stream: a wait is served as reads of at most this long. A read
 	// blocked in Redis does not notice that its client went away, so such
@@ -51,13 +53,6 @@ const MediaEventStream = "text/event-stream"
 // HeaderLastEventID is the SSE header a reconnecting client sends with the
 // id of the last event it received.
 const HeaderLastEventID = "Last-Event-ID"
-
-var (
-	// feedCursorRe is a feed cursor: "$" (only new events) or a stream
-	// entry id <ms>-<seq>.
-	feedCursorRe = regexp.MustCompile(`^(\$|[0-9]{1,20}-[0-9]{1,20})$`)
-	eventTypeRe  = regexp.MustCompile(`^[a-z]+\.[a-z_]{1,64}$`)
-)
 
 // GET /v1/instances
 func (a *api) instances(w http.ResponseWriter, r *http.Request) {
@@ -85,7 +80,7 @@ func feedQuery(r *http.Request) (task.FeedFilter, time.Duration, error) {
 		return f, 0, err
 	}
 	if s, ok := q.lookup("after"); ok && s != "" {
-		if !feedCursorRe.MatchString(s) {
+		if !task.ValidFeedCursor(s) {
 			return f, 0, badRequest(fmt.Sprintf("after %s is not a feed cursor (like 1732233600000-0, or $ for new events only)", task.Quote(s)))
 		}
 		f.After = s
@@ -114,7 +109,7 @@ func feedQuery(r *http.Request) (task.FeedFilter, time.Duration, error) {
 		f.TenantID = s
 	}
 	if s, ok := q.lookup("type"); ok {
-		if !eventTypeRe.MatchString(s) {
+		if !task.ValidEventType(s) {
 			return f, 0, badRequest(fmt.Sprintf("type %s is not an event type (like task.failed)", task.Quote(s)))
 		}
 		f.Type = s
@@ -189,13 +184,17 @@ func (a *api) poll(ctx context.Context, f task.FeedFilter, wait time.Duration) (
 
 // pollSlot takes one of the Config.MaxLongPolls slots; ok is false when
 // all are taken.
-func (a *api) pollSlot() (release func(), ok bool) {
-	if a.polls == nil {
+func (a *api) pollSlot() (release func(), ok bool) { return acquire(a.polls) }
+
+// acquire takes a token of sem, the semaphore of one of the Config limits
+// (nil: no bound); ok is false when all are taken.
+func acquire(sem chan struct{}) (release func(), ok bool) {
+	if sem == nil {
 		return func() {}, true
 	}
 	select {
-	case a.polls <- struct{}{}:
-		return func() { <-a.polls }, true
+	case sem <- struct{}{}:
+		return func() { <-sem }, true
 	default:
 		return nil, false
 	}
@@ -208,14 +207,27 @@ func (a *api) pollSlot() (release func(), ok bool) {
 // polls of at most StreamKeepAlive until the client goes away. A read that
 // fails once the stream started ends it; the client reconnects with
 // Last-Event-ID and loses nothing.
+//
+// A stream holds one of the Config.MaxStreams slots for its life, and gives
+// back its Config.MaxInFlight slot: open streams must not lock out the
+// other requests.
 func (a *api) stream(w http.ResponseWriter, r *http.Request, f task.FeedFilter) {
 	if id := r.Header.Get(HeaderLastEventID); id != "" {
-		if !feedCursorRe.MatchString(id) {
+		if !task.ValidFeedCursor(id) {
 			a.writeError(w, r, badRequest(fmt.Sprintf("%s %s is not a feed cursor", HeaderLastEventID, task.Quote(id))))
 			return
 		}
 		f.After = id
 	}
+	release, ok := acquire(a.streams)
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		WriteProblem(w, r, http.StatusServiceUnavailable, CodeUnavailable, fmt.Sprintf(
+			"the server holds %d event streams already; retry shortly", cap(a.streams)))
+		return
+	}
+	defer release()
+	infoOf(r).leaveInFlight()
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
 	// The first read does not wait, so that a refusal or an unreachable

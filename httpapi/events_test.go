@@ -494,3 +494,60 @@ func TestLongPollOutlivesWriteTimeout(t *testing.T) {
 		t.Fatalf("answer = %d %+v (%v)", resp.StatusCode, f, err)
 	}
 }
+
+// TestStreamsLeaveInFlight opens as many event streams as Config.MaxInFlight
+// allows requests: the other requests are still served, since a stream
+// gives its in-flight slot back once it holds a stream slot.
+func TestStreamsLeaveInFlight(t *testing.T) {
+	t.Parallel()
+	svc := newFake()
+	mem := memFeed(t, svc)
+	h, _ := newAPI(t, svc, httpapi.Config{MaxInFlight: 2, StreamKeepAlive: time.Hour})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	streams := []*sseClient{openStream(t, srv, "/v1/events", nil), openStream(t, srv, "/v1/events", nil)}
+	for range 3 {
+		if a := serve(t, h, request{method: "GET", path: "/v1/instances"}); a.Status != 200 {
+			t.Fatalf("GET /v1/instances with 2 streams open and MaxInFlight 2 = %d %s", a.Status, a.Body)
+		}
+	}
+	if a := serve(t, h, request{method: "POST", path: "/v1/tenants/t-001/pause", body: `{"reason": "hold"}`}); a.Status != 200 {
+		t.Fatalf("a change with 2 streams open and MaxInFlight 2 = %d %s", a.Status, a.Body)
+	}
+	// The streams still deliver.
+	publish(t, mem, "t-open")
+	for _, c := range streams {
+		if ev := c.next(1)[0]; ev.Data.TenantID != "t-open" {
+			t.Fatalf("event = %+v", ev)
+		}
+	}
+}
+
+// TestStreamSlots fills Config.MaxStreams: one more stream is refused with
+// 503 and Retry-After, other reads are still served, and a stream that
+// ends frees its slot.
+func TestStreamSlots(t *testing.T) {
+	t.Parallel()
+	svc := newFake()
+	memFeed(t, svc)
+	h, _ := newAPI(t, svc, httpapi.Config{MaxStreams: 1, StreamKeepAlive: time.Hour})
+	s := &served{h: h}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	c := openStream(t, srv, "/v1/events", nil)
+	stream := request{method: "GET", path: "/v1/events", header: map[string]string{"Accept": httpapi.MediaEventStream}}
+	a := serve(t, h, stream)
+	a.problem(t, 503, httpapi.CodeUnavailable)
+	if a.Header.Get("Retry-After") != "1" {
+		t.Errorf("Retry-After = %q", a.Header.Get("Retry-After"))
+	}
+	if a := serve(t, h, request{method: "GET", path: "/v1/events"}); a.Status != 200 {
+		t.Errorf("a page read while the streams are taken = %d", a.Status)
+	}
+	if a := serve(t, h, request{method: "GET", path: "/v1/events?wait=1ms"}); a.Status != 200 {
+		t.Errorf("a long poll while the streams are taken = %d", a.Status)
+	}
+	c.close()
+	s.idle(t, time.Second)
+	openStream(t, srv, "/v1/events", nil).close()
+}

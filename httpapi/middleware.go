@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -60,6 +61,18 @@ type requestInfo struct {
 	replayed bool
 	// code is the problem code of an error answer.
 	code string
+	// inFlight gives back the request's Config.MaxInFlight slot (nil when
+	// it holds none); see leaveInFlight.
+	inFlight func()
+}
+
+// leaveInFlight gives back the request's Config.MaxInFlight slot before it
+// ends, for a request bounded by a limit of its own from then on (an event
+// stream). It is safe to call more than once, or with no slot held.
+func (info *requestInfo) leaveInFlight() {
+	if info.inFlight != nil {
+		info.inFlight()
+	}
 }
 
 // infoOf returns the request's info (a blank one outside this package's
@@ -175,7 +188,9 @@ func securityHeaders(next http.Handler) http.Handler {
 
 // limitInFlight answers 503 UNAVAILABLE with Retry-After when
 // Config.MaxInFlight requests are already being served. Health checks are
-// exempt: a busy instance is alive, and its readiness is Redis's.
+// exempt: a busy instance is alive, and its readiness is Redis's. An event
+// stream gives its slot back once it holds one of its own limit
+// (requestInfo.leaveInFlight).
 func (a *api) limitInFlight(next http.Handler) http.Handler {
 	if a.slots == nil {
 		return next
@@ -185,14 +200,16 @@ func (a *api) limitInFlight(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		select {
-		case a.slots <- struct{}{}:
-			defer func() { <-a.slots }()
-			next.ServeHTTP(w, r)
-		default:
+		release, ok := acquire(a.slots)
+		if !ok {
 			w.Header().Set("Retry-After", "1")
 			WriteProblem(w, r, http.StatusServiceUnavailable, CodeUnavailable,
 				"the server is serving "+strconv.Itoa(cap(a.slots))+" requests already; retry shortly")
+			return
 		}
+		info := infoOf(r)
+		info.inFlight = sync.OnceFunc(release)
+		defer info.leaveInFlight()
+		next.ServeHTTP(w, r)
 	})
 }

@@ -99,7 +99,8 @@ type Config struct {
 	// RateWindow is the window of RateLimit (RateWindowDefault).
 	RateWindow time.Duration
 	// MaxInFlight bounds the requests served at once, health checks aside
-	// (MaxInFlightDefault); negative means no bound.
+	// (MaxInFlightDefault); negative means no bound. An event stream counts
+	// until it holds a MaxStreams slot, and from then on only there.
 	MaxInFlight int
 	// Idempotency keeps the first answer to POST /v1/plans and POST
 	// /v1/tenants/{tenantId}/retry sent with an Idempotency-Key header
@@ -128,6 +129,11 @@ type Config struct {
 	// A long poll beyond it is answered 503 UNAVAILABLE with Retry-After; a
 	// stream polls without waiting, once a second.
 	MaxLongPolls int
+	// MaxStreams bounds the event streams open at once (MaxStreamsDefault);
+	// negative means no bound. A stream holds its slot for its life instead
+	// of a MaxInFlight one; one beyond it is answered 503 UNAVAILABLE with
+	// Retry-After.
+	MaxStreams int
 
 	// Middlewares wrap every /v1 route, outermost first, after
 	// authentication, authorization and rate limiting and before path
@@ -149,6 +155,8 @@ type api struct {
 	slots   chan struct{}
 	// polls holds a token per long poll waiting (nil: no bound).
 	polls chan struct{}
+	// streams holds a token per open event stream (nil: no bound).
+	streams chan struct{}
 }
 
 // New returns the HTTP API serving svc: every route of API.md under /v1,
@@ -179,6 +187,9 @@ func New(svc Service, cfg Config) http.Handler {
 	if cfg.MaxLongPolls == 0 {
 		cfg.MaxLongPolls = MaxLongPollsDefault
 	}
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = MaxStreamsDefault
+	}
 	if cfg.ActorFunc == nil {
 		cfg.ActorFunc = defaultActor
 	}
@@ -204,6 +215,9 @@ func New(svc Service, cfg Config) http.Handler {
 	}
 	if cfg.MaxLongPolls > 0 {
 		a.polls = make(chan struct{}, cfg.MaxLongPolls)
+	}
+	if cfg.MaxStreams > 0 {
+		a.streams = make(chan struct{}, cfg.MaxStreams)
 	}
 	return a.routes()
 }

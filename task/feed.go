@@ -1,6 +1,9 @@
 package task
 
-import "time"
+import (
+	"regexp"
+	"time"
+)
 
 // FeedEvent is one entry of the event feed: a plan or task transition or an
 // operator action, published to one bounded stream that external systems
@@ -27,3 +30,22 @@ type FeedFilter struct {
 	TenantID string
 	Type     string
 }
+
+var (
+	// feedCursorRe is a feed cursor: "$" (only new events) or the id of a
+	// stream entry, <ms>-<seq>.
+	feedCursorRe = regexp.MustCompile(`^(\$|[0-9]{1,20}-[0-9]{1,20})$`)
+	// eventTypeRe is an event type: a family, a dot and a name
+	// (task.stage_succeeded).
+	eventTypeRe = regexp.MustCompile(`^[a-z]+\.[a-z_]{1,64}$`)
+)
+
+// ValidFeedCursor reports whether s may be FeedFilter.After: "$" (only new
+// events) or a cursor of the feed, <ms>-<seq> (like 1732233600000-0). The
+// empty string, "from the oldest kept event", is not a cursor: callers
+// treat it apart.
+func ValidFeedCursor(s string) bool { return feedCursorRe.MatchString(s) }
+
+// ValidEventType reports whether s has the form of a FeedEvent type, like
+// task.failed or plan.created.
+func ValidEventType(s string) bool { return eventTypeRe.MatchString(s) }
