@@ -36,8 +36,10 @@ func (a *api) auditRequest(r *http.Request, info *requestInfo, route string, sta
 	ev.Str("actor", info.actor).Str("role", string(info.role)).Str("action", r.Method+" "+route).
 		Str("reason", info.reason).Str("client_addr", info.client).Int("status", status).Msg("audit")
 	// A refused or failed action of an authenticated caller also goes to
-	// the event feed. Unauthenticated (401) and rate-limited (429) requests
-	// stay in the log only, so that nobody can flood the bounded feed.
+	// the event feed, under the actor its service call had or would have
+	// had (Config.ActorFunc). Unauthenticated (401) and rate-limited (429)
+	// requests stay in the log only, so that nobody can flood the bounded
+	// feed.
 	if status >= 400 && info.actor != "" && status != http.StatusUnauthorized && status != http.StatusTooManyRequests &&
 		status != statusClientClosed && a.svc != nil {
 		// A reason that was refused for what it holds (control characters,
@@ -47,7 +49,7 @@ func (a *api) auditRequest(r *http.Request, info *requestInfo, route string, sta
 			reason = task.Quote(reason)
 		}
 		a.svc.RecordRefusal(facade.Refusal{
-			Actor:  facade.Actor{Name: info.actor, Role: string(info.role), RequestID: info.id, Addr: info.client},
+			Actor:  a.actor(r),
 			Action: r.Method + " " + route, PlanID: info.planID, TenantID: info.tenantID, Reason: reason,
 			Status: status, Code: info.code,
 		})

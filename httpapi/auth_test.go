@@ -645,3 +645,27 @@ func TestRefusalsReachTheFeed(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusalActorFunc: a refusal recorded for the feed names the actor
+// Config.ActorFunc makes, the one the service call carried.
+func TestRefusalActorFunc(t *testing.T) {
+	t.Parallel()
+	f := newFake()
+	f.Err = facade.ErrTaskRunning
+	h, _ := newAPI(t, f, httpapi.Config{Tokens: testTokens(), ActorFunc: func(r *http.Request) facade.Actor {
+		return facade.Actor{Name: "alice@sso", Role: "release-manager", Addr: "sso-gateway"}
+	}})
+	serve(t, h, request{method: "POST", path: "/v1/tenants/t-001/retry", body: `{"reason": "INC-5"}`,
+		header: map[string]string{"Authorization": "Bearer " + opsSecret, "X-Request-Id": "req-actor"}})
+	got := f.Refusals()
+	if len(got) != 1 {
+		t.Fatalf("%d refusals recorded, want 1: %+v", len(got), got)
+	}
+	want := facade.Actor{Name: "alice@sso", Role: "release-manager", RequestID: "req-actor", Addr: "sso-gateway"}
+	if got[0].Actor != want {
+		t.Errorf("refusal actor = %+v, want %+v", got[0].Actor, want)
+	}
+	if call := f.Last(); call.Method != "Retry" || call.Actor != want {
+		t.Errorf("service call %s with actor %+v, want Retry with %+v", call.Method, call.Actor, want)
+	}
+}
