@@ -107,23 +107,35 @@ func badRequest(detail string) error {
 // every error of the API has the same shape. A HEAD request gets the headers
 // only.
 func WriteProblem(w http.ResponseWriter, r *http.Request, status int, code, detail string) {
+	p := newProblem(r, status, code, detail)
+	writeProblem(w, r, p, p)
+}
+
+// newProblem returns the problem answering r with status, code and detail
+// (cut to maxDetailLen bytes, made valid UTF-8).
+func newProblem(r *http.Request, status int, code, detail string) Problem {
 	if len(detail) > maxDetailLen {
 		detail = detail[:maxDetailLen] + "…"
 	}
-	p := Problem{
+	return Problem{
 		Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code,
 		Detail: strings.ToValidUTF8(detail, string(utf8.RuneError)), RequestID: RequestID(r.Context()),
 	}
-	infoOf(r).code = code
+}
+
+// writeProblem answers p; body is p itself, or a struct embedding p that
+// adds members (RFC 9457 extensions, like the checks of GET /readyz).
+func writeProblem(w http.ResponseWriter, r *http.Request, p Problem, body any) {
+	infoOf(r).code = p.Code
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Del("Content-Length")
-	w.WriteHeader(status)
+	w.WriteHeader(p.Status)
 	if r.Method == http.MethodHead {
 		return
 	}
-	b, _ := json.Marshal(p) // cannot fail: strings and an int
+	b, _ := json.Marshal(body) // cannot fail: the bodies hold strings, numbers and bools
 	_, _ = w.Write(append(b, '\n'))
 }
 

@@ -3,10 +3,7 @@ package httpapi
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"net/http"
-	"strings"
-	"unicode/utf8"
 )
 
 // openAPI is a copy of docs/openapi.yaml, the canonical file: go:embed cannot
@@ -33,38 +30,27 @@ func (a *api) healthz(w http.ResponseWriter, r *http.Request) {
 
 // GET /readyz: the instance can serve (Config.Ready: Redis answers), with
 // the checks of Config.ReadyDetail; 503 UNAVAILABLE, with the checks too,
-// when not.
+// when not. Ready runs first: when Redis hangs, the answer reports its PING
+// failing, not a deadline that ReadyDetail's self-check used up.
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
-	var checks ReadyChecks
-	if a.cfg.ReadyDetail != nil {
-		checks = a.cfg.ReadyDetail(ctx)
-	}
-	checks.Redis = "ok"
 	var err error
 	if a.cfg.Ready != nil {
 		err = a.cfg.Ready(ctx)
 	}
+	var checks ReadyChecks
+	if a.cfg.ReadyDetail != nil {
+		checks = a.cfg.ReadyDetail(ctx)
+	}
 	if err == nil {
+		checks.Redis = "ok"
 		a.writeJSON(w, r, http.StatusOK, Readiness{Status: "ready", Version: a.cfg.Version, Checks: checks}, false)
 		return
 	}
 	checks.Redis = err.Error()
-	detail := "not ready: " + err.Error()
-	if len(detail) > maxDetailLen {
-		detail = detail[:maxDetailLen] + "…"
-	}
-	p := readyProblem{
-		Problem: Problem{Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable),
-			Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
-			Detail: strings.ToValidUTF8(detail, string(utf8.RuneError)), RequestID: RequestID(r.Context())},
-		Checks: checks,
-	}
-	b, _ := json.Marshal(p) // strings, ints and bools
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(http.StatusServiceUnavailable)
-	_, _ = w.Write(append(b, '\n'))
+	p := newProblem(r, http.StatusServiceUnavailable, CodeUnavailable, "not ready: "+err.Error())
+	writeProblem(w, r, p, readyProblem{Problem: p, Checks: checks})
 }
 
 // readyProblem is the 503 answer of GET /readyz: a problem with the checks.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -361,10 +362,13 @@ func TestTenantsStatus(t *testing.T) {
 	})
 	t.Run("DegradedUnknownErrUnavailable", func(t *testing.T) {
 		t.Parallel()
+		// The store answers from memory only when memory holds every tenant
+		// asked (repository's TestDualTasksByTenantQueued); otherwise the
+		// service reports unavailable, and the answer is 503.
 		svc := newFake()
 		svc.ByTenant = func(_ context.Context, id string) (facade.TaskView, error) {
 			if id == "t-002" {
-				return facade.TaskView{}, facade.ErrNotFound
+				return facade.TaskView{}, fmt.Errorf("%w: redis is unreachable and memory does not hold the task of t-002", facade.ErrUnavailable)
 			}
 			v := sampleTask()
 			v.Degraded = true
@@ -549,6 +553,39 @@ func TestHealth(t *testing.T) {
 		}
 		if p.Code != httpapi.CodeUnavailable || !strings.Contains(p.Detail, "connection pool exhausted") ||
 			!strings.Contains(p.Checks.Redis, "connection pool exhausted") || p.Checks.PendingWrites != 3 || p.Checks.SelfCheck == nil {
+			t.Errorf("problem = %+v", p)
+		}
+	})
+	t.Run("ReadyzHungRedisReportsPing", func(t *testing.T) {
+		t.Parallel()
+		// Redis hangs: the self-check (INFO) waits out its context; the
+		// PING fails on its own read timeout while the context lasts.
+		ready := func(ctx context.Context) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("ping: %w", errBoom)
+		}
+		hung := func(ctx context.Context) httpapi.ReadyChecks {
+			<-ctx.Done()
+			return httpapi.ReadyChecks{PendingWrites: 3}
+		}
+		h, _ := newAPI(t, newFake(), httpapi.Config{Ready: ready, ReadyDetail: hung})
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil).WithContext(ctx))
+		a := answer{Status: rec.Code, Header: rec.Header(), Body: rec.Body.Bytes()}
+		conform(t, httptest.NewRequest("GET", "/readyz", nil), a.Status, a.Header, a.Body)
+		var p struct {
+			httpapi.Problem
+			Checks httpapi.ReadyChecks `json:"checks"`
+		}
+		if err := json.Unmarshal(a.Body, &p); err != nil || a.Status != 503 || a.Header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("answer = %d %q %s", a.Status, a.Header.Get("Content-Type"), a.Body)
+		}
+		if p.Code != httpapi.CodeUnavailable || p.Detail != "not ready: ping: "+errBoom.Error() ||
+			p.Checks.Redis != "ping: "+errBoom.Error() || p.Checks.PendingWrites != 3 || p.RequestID != a.Header.Get(httpapi.HeaderRequestID) {
 			t.Errorf("problem = %+v", p)
 		}
 	})
