@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -39,32 +38,19 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, dst any) er
 	if r.ContentLength > limit {
 		return &http.MaxBytesError{Limit: limit}
 	}
-	body := bufio.NewReader(http.MaxBytesReader(w, r.Body, limit))
-	// Peek at the first non-space byte: null, arrays and scalars would decode
-	// into a struct without complaint.
-	for {
-		c, err := body.ReadByte()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return badRequest("request body is empty: want a JSON object")
-			}
-			return readError(err)
-		}
-		if c == ' ' || c == '\t' || c == '\r' || c == '\n' {
-			continue
-		}
-		_ = body.UnreadByte()
-		if c != '{' {
-			return badRequest("request body must be a JSON object")
-		}
-		break
-	}
 	// The whole body (bounded by limit) is read first: encoding/json would
 	// silently turn bytes that are not UTF-8 into U+FFFD, and a reason or a
 	// name must arrive as sent or not at all.
-	data, err := io.ReadAll(body)
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		return readError(err)
+	}
+	// null, arrays and scalars would decode into a struct without complaint.
+	switch start := bytes.TrimLeft(data, " \t\r\n"); {
+	case len(start) == 0:
+		return badRequest("request body is empty: want a JSON object")
+	case start[0] != '{':
+		return badRequest("request body must be a JSON object")
 	}
 	if !utf8.Valid(data) {
 		return badRequest("request body is not valid UTF-8")
@@ -74,20 +60,12 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, dst any) er
 	if err := dec.Decode(dst); err != nil {
 		return decodeError(err)
 	}
+	// The body is in memory: Token fails only on what follows the value,
+	// a second value or bytes that are not JSON.
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		if err != nil {
-			if e := readError(err); !isBadRequest(e) {
-				return e
-			}
-		}
 		return badRequest("request body must hold exactly one JSON value: unexpected data after it")
 	}
 	return nil
-}
-
-func isBadRequest(err error) bool {
-	var in *inputError
-	return errors.As(err, &in)
 }
 
 // readError turns a failure to read the body into the error to answer.
