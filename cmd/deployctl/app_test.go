@@ -64,7 +64,9 @@ func TestUsageErrors(t *testing.T) {
 		{"LockReleaseNoFence", []string{"lock", "release", "--tenant", "t-1", "--reason", "r"}, "--expected-fence N is required"},
 		{"TaskPauseNoReason", []string{"task", "pause", "--tenant", "t-1"}, "--reason is required"},
 		{"EventsBadCursor", []string{"events", "--after", "a b"}, "is not a cursor"},
+		{"EventsWordCursor", []string{"events", "--after", "abc"}, "is not a cursor"},
 		{"EventsBadType", []string{"events", "--type", "task failed"}, "is not an event type"},
+		{"EventsUpperType", []string{"events", "--type", "Task.Failed"}, "is not an event type"},
 		{"EventsBadPlan", []string{"events", "--plan", "p"}, "plan id \"p\" is not valid"},
 		{"ExtraArgument", []string{"status", "--tenant", "t-1", "extra"}, `unexpected arguments ["extra"]`},
 	}

@@ -1,17 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strconv"
 	"time"
 
+	"github.com/deploycoord/deploycoord/httpapi"
 	"github.com/deploycoord/deploycoord/task"
 )
 
@@ -20,8 +19,6 @@ const (
 	eventsWaitDefault = 30 * time.Second
 	// eventsLimitDefault is the page size of the event feed.
 	eventsLimitDefault = 100
-	// eventsLimitMax is the largest page size deployctl asks for.
-	eventsLimitMax = 1000
 	// followBackoffMax bounds the pause after a failed poll.
 	followBackoffMax = 30 * time.Second
 	// followMinPoll is the least time between two polls that brought
@@ -29,37 +26,13 @@ const (
 	followMinPoll = time.Second
 )
 
-var (
-	// cursorRe is what a feed cursor may look like (httpapi's cursor rule).
-	cursorRe = regexp.MustCompile(`^(\$|[A-Za-z0-9._~:+/=-]{1,256})$`)
-	// eventTypeRe is what an event type may look like ("task.failed").
-	eventTypeRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,63}$`)
-)
-
-// feedEvent is one entry of GET /v1/events.
-type feedEvent struct {
-	ID       string          `json:"id"`
-	Type     string          `json:"type"`
-	At       time.Time       `json:"at"`
-	PlanID   string          `json:"planId"`
-	TaskID   string          `json:"taskId"`
-	TenantID string          `json:"tenantId"`
-	Data     json.RawMessage `json:"data"`
-}
-
-// feedPage is the answer of GET /v1/events.
-type feedPage struct {
-	Events     []json.RawMessage `json:"events"`
-	NextCursor string            `json:"nextCursor"`
-}
-
 func (a *app) events(ctx context.Context, fs *flag.FlagSet, args []string) error {
 	follow := fs.Bool("follow", false, "long-poll forever, resuming from the last cursor (Ctrl-C ends it)")
 	tenant := fs.String("tenant", "", "only events of this tenant")
 	planID := fs.String("plan", "", "only events of this plan")
 	typ := fs.String("type", "", "only events of this type (task.failed, task.completed, ...)")
 	after := fs.String("after", "", "start after this cursor (a nextCursor printed before)")
-	limit := fs.Int("limit", eventsLimitDefault, "events per request (1.."+strconv.Itoa(eventsLimitMax)+")")
+	limit := fs.Int("limit", eventsLimitDefault, "events per request (1.."+strconv.Itoa(httpapi.EventsLimitMax)+")")
 	wait := fs.Duration("wait", eventsWaitDefault, "long-poll wait of each --follow request")
 	if err := a.parseNoArgs(fs, args); err != nil {
 		return err
@@ -78,16 +51,16 @@ func (a *app) events(ctx context.Context, fs *flag.FlagSet, args []string) error
 		q.Set("planId", *planID)
 	}
 	if *typ != "" {
-		if !eventTypeRe.MatchString(*typ) {
+		if !task.ValidEventType(*typ) {
 			return usagef("--type %s is not an event type (like task.failed)", task.Quote(*typ))
 		}
 		q.Set("type", *typ)
 	}
-	if *after != "" && !cursorRe.MatchString(*after) {
+	if *after != "" && !task.ValidFeedCursor(*after) {
 		return usagef("--after %s is not a cursor the API returned", task.Quote(*after))
 	}
-	if *limit < 1 || *limit > eventsLimitMax {
-		return usagef("--limit %d: want 1..%d", *limit, eventsLimitMax)
+	if *limit < 1 || *limit > httpapi.EventsLimitMax {
+		return usagef("--limit %d: want 1..%d", *limit, httpapi.EventsLimitMax)
 	}
 	q.Set("limit", strconv.Itoa(*limit))
 	if *follow {
@@ -99,7 +72,7 @@ func (a *app) events(ctx context.Context, fs *flag.FlagSet, args []string) error
 	if *after != "" {
 		q.Set("after", *after)
 	}
-	var page feedPage
+	var page httpapi.Feed
 	raw, err := a.cli.getJSON(ctx, "/v1/events", q, &page)
 	if err != nil {
 		return err
@@ -108,7 +81,7 @@ func (a *app) events(ctx context.Context, fs *flag.FlagSet, args []string) error
 		return printJSON(a.stdout, raw)
 	}
 	a.eventHeader()
-	if err := a.printEvents(page.Events); err != nil {
+	if err := a.printEvents(page.Events, nil); err != nil {
 		return err
 	}
 	if page.NextCursor != "" {
@@ -130,8 +103,8 @@ func (a *app) follow(ctx context.Context, q url.Values, cursor string, wait time
 			q.Set("after", cursor)
 		}
 		start := time.Now()
-		var page feedPage
-		_, err := a.cli.call(ctx, request{method: http.MethodGet, path: "/v1/events", query: q, extra: wait}, &page)
+		var page httpapi.Feed
+		raw, err := a.cli.call(ctx, request{method: http.MethodGet, path: "/v1/events", query: q, extra: wait}, &page)
 		pause := time.Duration(0)
 		switch {
 		case ctx.Err() != nil:
@@ -144,7 +117,7 @@ func (a *app) follow(ctx context.Context, q url.Values, cursor string, wait time
 			fmt.Fprintf(a.stderr, "warning: %s (retrying in %s)\n", clean(err.Error()), backoff)
 		default:
 			backoff = 0
-			if err := a.printEvents(page.Events); err != nil {
+			if err := a.printEvents(page.Events, raw); err != nil {
 				return err
 			}
 			if page.NextCursor != "" {
@@ -175,28 +148,36 @@ func (a *app) eventHeader() {
 // after the fact as tabwriter does.
 const eventFormat = "%-20s  %-24s  %-16s  %-31s  %-31s  %s\n"
 
-// printEvents prints a page of events: one JSON line each with -o json,
-// else one row each. The time is absolute (UTC): a feed is a log.
-func (a *app) printEvents(events []json.RawMessage) error {
-	for _, raw := range events {
-		if a.json() {
-			if err := printLine(a.stdout, raw); err != nil {
+// printEvents prints a page of events: one row each, the time absolute
+// (UTC: a feed is a log); with -o json one line each, the events of raw
+// (the page's answer) as the server sent them.
+func (a *app) printEvents(events []httpapi.FeedEvent, raw []byte) error {
+	if a.json() {
+		var page struct {
+			Events []json.RawMessage `json:"events"`
+		}
+		if err := json.Unmarshal(raw, &page); err != nil {
+			return fmt.Errorf("decode the events: %w", err)
+		}
+		for _, ev := range page.Events {
+			if err := printLine(a.stdout, ev); err != nil {
 				return err
 			}
-			continue
 		}
-		var e feedEvent
-		if err := json.Unmarshal(raw, &e); err != nil {
-			return fmt.Errorf("decode an event: %w", err)
-		}
+		return nil
+	}
+	for _, e := range events {
 		at := "-"
 		if !e.At.IsZero() {
 			at = e.At.UTC().Format(time.RFC3339)
 		}
 		var data string
-		var buf bytes.Buffer
-		if json.Compact(&buf, e.Data) == nil && buf.String() != "null" && buf.String() != "{}" {
-			data = buf.String()
+		if len(e.Data) > 0 {
+			b, err := json.Marshal(e.Data)
+			if err != nil {
+				return fmt.Errorf("encode the data of event %s: %w", clean(e.ID), err)
+			}
+			data = string(b)
 		}
 		fmt.Fprintf(a.stdout, eventFormat, at, cell(e.Type), cell(e.TenantID), cell(e.PlanID), cell(e.TaskID), cell(data))
 	}

@@ -24,7 +24,7 @@ import (
 
 const feedPlan = "plan-01JDQZV5X8M7R2K9C3B4N6P0QS"
 
-// feed is a fake event feed; cursors are event numbers.
+// feed is a fake event feed; the cursor of event n is "n-0".
 type feed struct {
 	url string
 
@@ -48,7 +48,7 @@ func (f *feed) add(evs ...map[string]any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, e := range evs {
-		e["id"] = strconv.Itoa(len(f.events) + 1)
+		e["id"] = strconv.Itoa(len(f.events)+1) + "-0"
 		f.events = append(f.events, e)
 	}
 	close(f.added)
@@ -80,7 +80,7 @@ func (f *feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.mu.Unlock()
-	after, _ := strconv.Atoi(q.Get("after"))
+	after := seq(q.Get("after"))
 	limit, _ := strconv.Atoi(q.Get("limit"))
 	wait, _ := time.ParseDuration(q.Get("wait"))
 	timeout := time.After(wait)
@@ -88,8 +88,7 @@ func (f *feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		page, next := []map[string]any{}, q.Get("after")
 		for _, e := range f.events {
-			id, _ := strconv.Atoi(e["id"].(string))
-			if id <= after {
+			if seq(e["id"].(string)) <= after {
 				continue
 			}
 			if len(page) == limit {
@@ -117,6 +116,13 @@ func (f *feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// seq is the event number of cursor "n-0" (0 for none).
+func seq(cursor string) int {
+	n, _, _ := strings.Cut(cursor, "-")
+	i, _ := strconv.Atoi(n)
+	return i
 }
 
 func (f *feed) seen() []url.Values {
@@ -198,7 +204,7 @@ func TestEventsPage(t *testing.T) {
 
 	r := runCLI(t, context.Background(), env, "", "events", "--tenant", "t-1", "--type", "task.failed", "--plan", feedPlan, "--limit", "2")
 	must(t, r, 0, "stdout", "AT", "TYPE", "2026-11-21T10:00:00Z", `{"error":"HTTP 500"}`)
-	must(t, r, 0, "stderr", "next: --after 3")
+	must(t, r, 0, "stderr", "next: --after 3-0\n")
 	if n := strings.Count(r.stdout, "task.failed"); n != 2 || strings.Contains(r.stdout, "t-2") {
 		t.Fatalf("%d task.failed rows\n%s", n, r)
 	}
@@ -207,13 +213,13 @@ func TestEventsPage(t *testing.T) {
 		t.Fatalf("query = %v", q)
 	}
 
-	r = runCLI(t, context.Background(), env, "", "events", "--after", "1", "-o", "json")
+	r = runCLI(t, context.Background(), env, "", "events", "--after", "1-0", "-o", "json")
 	must(t, r, 0, "stdout")
 	m := decode(t, r.stdout)
-	if evs := m["events"].([]any); len(evs) != 2 || m["nextCursor"] != "3" || evs[0].(map[string]any)["id"] != "2" {
+	if evs := m["events"].([]any); len(evs) != 2 || m["nextCursor"] != "3-0" || evs[0].(map[string]any)["id"] != "2-0" {
 		t.Fatalf("events -o json = %v", m)
 	}
-	if q := f.seen()[1]; q.Get("after") != "1" {
+	if q := f.seen()[1]; q.Get("after") != "1-0" {
 		t.Fatalf("query = %v", q)
 	}
 }
@@ -244,8 +250,8 @@ func TestEventsFollow(t *testing.T) {
 			}
 			afters = append(afters, q.Get("after"))
 		}
-		if afters[0] != "" || afters[1] != "3" || (len(afters) > 2 && afters[2] != "5") {
-			t.Fatalf("after cursors = %q, want \"\", 3, 5", afters)
+		if afters[0] != "" || afters[1] != "3-0" || (len(afters) > 2 && afters[2] != "5-0") {
+			t.Fatalf("after cursors = %q, want \"\", 3-0, 5-0", afters)
 		}
 		if strings.Contains(fl.out.String(), "t-9") || !strings.Contains(fl.out.String(), `{"stage":"push"}`) {
 			t.Fatalf("stdout:\n%s", fl.out.String())
@@ -255,7 +261,7 @@ func TestEventsFollow(t *testing.T) {
 		t.Parallel()
 		f := newFeed(t)
 		f.add(event("task.started", "t-1", nil), event("task.completed", "t-1", nil))
-		fl := follow(t, f, "events", "--follow", "--after", "1", "-o", "json", "--wait", "5s")
+		fl := follow(t, f, "events", "--follow", "--after", "1-0", "-o", "json", "--wait", "5s")
 		fl.waitOut(t, "\n", 1)
 		f.add(event("task.failed", "t-2", nil))
 		fl.waitOut(t, "\n", 2)
@@ -263,10 +269,10 @@ func TestEventsFollow(t *testing.T) {
 			t.Fatalf("exit %d", code)
 		}
 		lines := strings.Split(strings.TrimSpace(fl.out.String()), "\n")
-		if len(lines) != 2 || decode(t, lines[0])["id"] != "2" || decode(t, lines[1])["type"] != "task.failed" {
+		if len(lines) != 2 || decode(t, lines[0])["id"] != "2-0" || decode(t, lines[1])["type"] != "task.failed" {
 			t.Fatalf("lines = %q", lines)
 		}
-		if q := f.seen()[0]; q.Get("after") != "1" {
+		if q := f.seen()[0]; q.Get("after") != "1-0" {
 			t.Fatalf("first query = %v", q)
 		}
 	})
