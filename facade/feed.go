@@ -2,7 +2,6 @@ package facade
 
 import (
 	"context"
-	"regexp"
 	"time"
 
 	"github.com/deploycoord/deploycoord/plan"
@@ -19,16 +18,11 @@ const (
 	EventsWaitMax = 60 * time.Second
 )
 
-var (
-	cursorRe    = regexp.MustCompile(`^(\$|[0-9]{1,20}-[0-9]{1,20})$`)
-	eventTypeRe = regexp.MustCompile(`^[a-z]+\.[a-z_]{1,64}$`)
-)
-
 // Events returns feed events after f.After, waiting up to wait for one when
 // there is none (a long poll), and the cursor to continue from.
 func (c *Coordinator) Events(ctx context.Context, f task.FeedFilter, wait time.Duration) ([]task.FeedEvent, string, error) {
 	switch {
-	case f.After != "" && !cursorRe.MatchString(f.After):
+	case f.After != "" && !task.ValidFeedCursor(f.After):
 		return nil, "", wrapf(ErrInvalid, "after %s is not a feed cursor (like 1732233600000-0, or $ for new events only)", task.Quote(f.After))
 	case f.Limit < 0 || f.Limit > EventsLimitMax:
 		return nil, "", wrapf(ErrInvalid, "limit %d out of range 1..%d", f.Limit, EventsLimitMax)
@@ -38,7 +32,7 @@ func (c *Coordinator) Events(ctx context.Context, f task.FeedFilter, wait time.D
 		return nil, "", wrapf(ErrInvalid, "planId %s is not a plan id", task.Quote(f.PlanID))
 	case f.TenantID != "" && !task.ValidTenantID(f.TenantID):
 		return nil, "", wrapf(ErrInvalid, "tenantId %s is not a valid tenant id", task.Quote(f.TenantID))
-	case f.Type != "" && !eventTypeRe.MatchString(f.Type):
+	case f.Type != "" && !task.ValidEventType(f.Type):
 		return nil, "", wrapf(ErrInvalid, "type %s is not an event type (like task.failed)", task.Quote(f.Type))
 	}
 	if f.Limit == 0 {
