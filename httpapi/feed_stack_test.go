@@ -46,18 +46,18 @@ func (s *stack) feed(t *testing.T, path string) httpapi.Feed {
 
 // awaitEvent reads the whole feed until an event of type typ is in it (the
 // coordinator publishes in the background).
-func (s *stack) awaitEvent(t *testing.T, typ string) []httpapi.FeedEvent {
+func (s *stack) awaitEvent(t *testing.T, typ, planID string) []httpapi.FeedEvent {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		evs := s.feed(t, "/v1/events?limit=1000").Events
 		for _, ev := range evs {
-			if ev.Type == typ {
+			if ev.Type == typ && (planID == "" || ev.PlanID == planID) {
 				return evs
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s event in the feed after 15s: %+v", typ, evs)
+			t.Fatalf("no %s event (plan %q) in the feed after 15s: %+v", typ, planID, evs)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -155,7 +155,7 @@ func testLongPollEmpty(t *testing.T, s *stack) {
 func testCursor(t *testing.T, s *stack) {
 	s.do(t, "POST", "/v1/plans", `{"name": "c", "stages": [{"name": "a", "kind": "noop"}, {"name": "b", "kind": "noop"}],
 		"tenants": [{"tenantId": "t-1"}, {"tenantId": "t-2"}, {"tenantId": "t-3"}]}`, 201)
-	all := s.awaitEvent(t, "plan.completed")
+	all := s.awaitEvent(t, "plan.completed", "")
 	if len(all) < 10 {
 		t.Fatalf("only %d events for a plan of 3 tasks of 2 stages: %+v", len(all), all)
 	}
@@ -199,7 +199,9 @@ func testFilters(t *testing.T, s *stack) {
 	s.await(t, "/v1/plans/"+p1["planId"].(string), "status", "COMPLETED")
 	p2 := s.do(t, "POST", "/v1/plans", `{"name": "f2", "pipeline": "standard-deploy", "tenants": [{"tenantId": "t-2"}]}`, 201)
 	s.await(t, "/v1/plans/"+p2["planId"].(string), "status", "COMPLETED")
-	all := s.awaitEvent(t, "plan.completed")
+	// The feed is published in the background: wait for the last plan's
+	// end, so that both plans' events are in it.
+	all := s.awaitEvent(t, "plan.completed", p2["planId"].(string))
 	tests := []struct {
 		name  string
 		query string
@@ -268,7 +270,7 @@ func testStatusRoundTrips(t *testing.T, b redistest.Backend) {
 		tenants[i] = fmt.Sprintf(`{"tenantId": %q}`, ids[i])
 	}
 	s.do(t, "POST", "/v1/plans", `{"name": "many", "pipeline": "standard-deploy", "start": false, "tenants": [`+strings.Join(tenants, ",")+`]}`, 201)
-	s.awaitEvent(t, "plan.created") // the feed publisher is done
+	s.awaitEvent(t, "plan.created", "") // the feed publisher is done
 	body, _ := json.Marshal(httpapi.TenantsStatusRequest{TenantIDs: append(ids[1:], "t-none", ids[0])})
 	var a answer
 	trips := counter.Count(func() { a = serve(t, s.h, request{method: "POST", path: "/v1/tenants:status", body: string(body)}) })
