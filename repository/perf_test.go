@@ -328,52 +328,74 @@ func TestGroupCommitNoScript(t *testing.T) {
 }
 
 // TestGroupCommitCallerGivesUp: a write queued behind a pipeline in flight
-// whose caller's context ends is dropped: the caller gets the context's
-// error at once, the write never reaches Redis, the others go on.
+// whose caller gives up (its deadline passes, or it cancels) is dropped:
+// the caller gets the context's error at once, the write never reaches
+// Redis, the others go on. A cancelled caller sets no deadline on the
+// batch, so only the drop keeps its write out.
 func TestGroupCommitCallerGivesUp(t *testing.T) {
 	t.Parallel()
-	srv := redistest.StartServer(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
-	t.Cleanup(func() { _ = c.Close() })
-	e := newRedisEnv(t, c, "x:", Config{})
-	ctx := ctxT(t)
-	fx := createPlan(t, e, 2, 0)
-	leader, queued := start(t, e, fx.tasks[0], 1), start(t, e, fx.tasks[1], 1)
+	tests := []struct {
+		name   string
+		giveUp func(ctx context.Context) (context.Context, context.CancelFunc)
+		want   error
+	}{
+		{"Deadline", func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, 200*time.Millisecond)
+		}, context.DeadlineExceeded},
+		{"Cancel", func(ctx context.Context) (context.Context, context.CancelFunc) {
+			c, cancel := context.WithCancel(ctx)
+			time.AfterFunc(200*time.Millisecond, cancel)
+			return c, cancel
+		}, context.Canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.StartServer(t)
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+			t.Cleanup(func() { _ = c.Close() })
+			e := newRedisEnv(t, c, "x:", Config{})
+			ctx := ctxT(t)
+			fx := createPlan(t, e, 2, 0)
+			leader, queued := start(t, e, fx.tasks[0], 1), start(t, e, fx.tasks[1], 1)
 
-	srv.Stop()
-	leaderDone := make(chan error, 1)
-	go func() {
-		leader.tk.EnterStage(1, "migrate", e.clock.Now())
-		_, err := leader.write(task.StatusRunning, task.Write{})
-		leaderDone <- err
-	}()
-	// Wait until the leader's pipeline is in flight.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if e.redis.batcher.busy() || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	qctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	queued.tk.EnterStage(1, "migrate", e.clock.Now())
-	began := time.Now()
-	_, err := e.store.WriteTask(qctx, task.Write{Task: queued.tk, PrevStatus: task.StatusRunning, ExpectSeq: queued.tk.Seq, Guard: queued.guard})
-	if !IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) || time.Since(began) > 3*time.Second {
-		srv.Cont()
-		t.Fatalf("queued write whose deadline passed: %v after %s, want unavailable (deadline) at once", err, time.Since(began))
-	}
-	srv.Cont()
-	if err := <-leaderDone; err != nil {
-		t.Fatalf("leader write: %v", err)
-	}
-	if got, _, _ := e.store.Task(ctx, queued.tk.ID); got.Seq != queued.tk.Seq || got.StageIndex != 0 {
-		t.Fatalf("dropped write landed: %+v", got)
-	}
-	// Writes go on.
-	if _, err := queued.write(task.StatusRunning, task.Write{}); err != nil {
-		t.Fatal(err)
+			srv.Stop()
+			leaderDone := make(chan error, 1)
+			go func() {
+				leader.tk.EnterStage(1, "migrate", e.clock.Now())
+				_, err := leader.write(task.StatusRunning, task.Write{})
+				leaderDone <- err
+			}()
+			// Wait until the leader's pipeline is in flight.
+			deadline := time.Now().Add(5 * time.Second)
+			for !e.redis.batcher.busy() {
+				if time.Now().After(deadline) {
+					srv.Cont()
+					t.Fatal("the leader's write never went in flight")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			qctx, cancel := tt.giveUp(ctx)
+			defer cancel()
+			queued.tk.EnterStage(1, "migrate", e.clock.Now())
+			began := time.Now()
+			_, err := e.store.WriteTask(qctx, task.Write{Task: queued.tk, PrevStatus: task.StatusRunning, ExpectSeq: queued.tk.Seq, Guard: queued.guard})
+			if !errors.Is(err, tt.want) || (tt.want == context.DeadlineExceeded && !IsUnavailable(err)) || time.Since(began) > 3*time.Second {
+				srv.Cont()
+				t.Fatalf("queued write whose caller gave up: %v after %s, want %v at once", err, time.Since(began), tt.want)
+			}
+			srv.Cont()
+			if err := <-leaderDone; err != nil {
+				t.Fatalf("leader write: %v", err)
+			}
+			if got, _, _ := e.store.Task(ctx, queued.tk.ID); got.Seq != queued.tk.Seq || got.StageIndex != 0 {
+				t.Fatalf("dropped write landed: %+v", got)
+			}
+			// Writes go on.
+			if _, err := queued.write(task.StatusRunning, task.Write{}); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
