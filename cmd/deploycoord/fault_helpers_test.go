@@ -108,8 +108,7 @@ func (d *drill) store() *repository.Redis {
 }
 
 // supports reports whether the binary knows the setting env (deploycoord -h
-// lists every setting): the drills of settings still being wired skip
-// until they land.
+// lists every setting): a drill of a setting that disappeared fails.
 func supports(t *testing.T, env string) bool {
 	t.Helper()
 	out, _ := exec.Command(binary(t), "-h").CombinedOutput()

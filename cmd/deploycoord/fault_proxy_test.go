@@ -351,9 +351,10 @@ func TestFaultProxyResetDuringCheckpoint(t *testing.T) {
 	px.remove("reset")
 	healed := time.Now()
 	d.figure("reset toxic in place", healed.Sub(resetAt))
-	if waited {
-		t.Logf("owner: %s", line.Raw)
+	if !waited {
+		t.Fatal("the owner never reported a write waiting: the reset caught no task write, the drill did not happen")
 	}
+	t.Logf("owner: %s", line.Raw)
 	// The task completes — or the owner stops, taking its own landed write
 	// for someone else's.
 	var refused logLine

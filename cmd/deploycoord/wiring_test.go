@@ -352,6 +352,10 @@ func TestWiringMetricsAndLongPoll(t *testing.T) {
 			t.Errorf("%s = %v", c.what, c.got)
 		}
 	}
+	// A gauge checked for 0 must be there at all.
+	if len(mfs["deploycoord_degraded"].GetMetric()) == 0 {
+		t.Error("deploycoord_degraded is not exported")
+	}
 
 	r := <-done
 	if r.status != 200 || len(r.feed.Events) != 0 || r.took < 3500*time.Millisecond {
