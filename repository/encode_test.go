@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -287,6 +288,34 @@ func TestCheckpointPlainForm(t *testing.T) {
 		got, gotErr := unmarshalCheckpoint([]byte(s))
 		if (wantErr != nil) != (gotErr != nil) || !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: %#v (%v), want %#v (%v)", s, got, gotErr, want, wantErr)
+		}
+	}
+}
+
+// TestHandWrittenCodeKnowsEveryField: appendEvent, marshalCheckpoint, the
+// task record's fields (mutableFields, fixedOf) and sameShape name the
+// fields of task.Event, checkpoint.Checkpoint and task.Task one by one. A
+// field added to one of them would be silently left out of Redis (or, for
+// sameShape, replaced by the template's value): this test fails first, so
+// that the code above and this list are updated together.
+func TestHandWrittenCodeKnowsEveryField(t *testing.T) {
+	t.Parallel()
+	known := map[reflect.Type][]string{
+		reflect.TypeFor[task.Event](): {"At", "Type", "Stage", "StageIndex", "Attempt", "StageAttempt", "Delay", "Duration",
+			"Reason", "Actor", "Role", "RequestID", "Instance", "Fence", "Data"},
+		reflect.TypeFor[checkpoint.Checkpoint](): {"LastCompletedStageIndex", "CompletedStages", "SkippedStages", "ContextData",
+			"SavedAt", "Attempt", "Fence"},
+		reflect.TypeFor[task.Task](): {"ID", "TenantID", "PlanID", "Status", "Params", "PauseRequested", "CancelRequested",
+			"Attempt", "StageIndex", "StageName", "TotalStages", "LastError", "Reason", "Owner", "HeartbeatAt", "Fence", "Seq",
+			"CreatedAt", "StartedAt", "FinishedAt", "UpdatedAt"},
+	}
+	for ty, want := range known {
+		var got []string
+		for i := range ty.NumField() {
+			got = append(got, ty.Field(i).Name)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s has fields %v; the hand-written encoders know %v", ty, got, want)
 		}
 	}
 }
