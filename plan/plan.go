@@ -139,21 +139,9 @@ type Plan struct {
 // NewID returns a new time-ordered plan id: "plan-" and a ULID.
 func NewID(now time.Time) string { return "plan-" + task.ULID(now) }
 
-// ValidID reports whether id has the form of an id made by NewID: it
-// matches ^plan-[0-9A-HJKMNP-TV-Z]{26}$ (checked by a byte loop, not a
-// regular expression: it runs on every store call).
-func ValidID(id string) bool {
-	const prefix = "plan-"
-	if len(id) != len(prefix)+26 || id[:len(prefix)] != prefix {
-		return false
-	}
-	for i := len(prefix); i < len(id); i++ {
-		if c := id[i]; c < '0' || c > 'Z' || (c > '9' && c < 'A') || c == 'I' || c == 'L' || c == 'O' || c == 'U' {
-			return false
-		}
-	}
-	return true
-}
+// ValidID reports whether id has the form of an id made by NewID:
+// ^plan-[0-9A-HJKMNP-TV-Z]{26}$.
+func ValidID(id string) bool { return task.ValidULIDID(id, "plan-") }
 
 // StageNames returns the names of the plan's stages in order.
 func (p *Plan) StageNames() []string {

@@ -52,9 +52,9 @@ func validName(id string) bool {
 	return true
 }
 
-// validULIDID reports whether id is prefix followed by 26 upper-case
-// Crockford base-32 digits.
-func validULIDID(id, prefix string) bool {
+// ValidULIDID reports whether id is prefix followed by 26 upper-case
+// Crockford base-32 digits (an id made with ULID, like NewID's).
+func ValidULIDID(id, prefix string) bool {
 	if len(id) != len(prefix)+26 || id[:len(prefix)] != prefix {
 		return false
 	}
@@ -72,7 +72,7 @@ func validULIDID(id, prefix string) bool {
 func ValidTenantID(id string) bool { return validName(id) }
 
 // ValidID reports whether id has the form of an id made by NewID.
-func ValidID(id string) bool { return validULIDID(id, "task-") }
+func ValidID(id string) bool { return ValidULIDID(id, "task-") }
 
 // ValidInstanceID reports whether id may name a coordinator instance (it is
 // stored in lock values and task records, so it follows the tenant allowlist).
