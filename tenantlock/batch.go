@@ -24,25 +24,14 @@ const senderIdle = time.Second
 // comes first. Calls without a deadline are always sent directly: one of
 // them must not hold a pipeline of others on a hung connection.
 func (l *Locker) evalSha(ctx context.Context, src string, args ...any) (any, error) {
-	cmd := scriptCmd(ctx, args)
 	if _, ok := ctx.Deadline(); l.batch == nil || !ok {
-		_ = l.client.Process(ctx, cmd)
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			cmd = scriptCmd(ctx, evalArgs(src, args))
-			_ = l.client.Process(ctx, cmd)
-		}
-		return cmd.Result()
+		return l.evalShaNow(ctx, src, args)
 	}
 	if l.batch.direct() {
 		defer l.batch.directDone()
-		_ = l.client.Process(ctx, cmd)
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			cmd = scriptCmd(ctx, evalArgs(src, args))
-			_ = l.client.Process(ctx, cmd)
-		}
-		return cmd.Result()
+		return l.evalShaNow(ctx, src, args)
 	}
-	c := &call{ctx: ctx, cmd: cmd, src: src, done: make(chan struct{})}
+	c := &call{ctx: ctx, cmd: scriptCmd(ctx, args), src: src, done: make(chan struct{})}
 	l.batch.enqueue(c)
 	select {
 	case <-c.done:
@@ -58,6 +47,18 @@ func (l *Locker) evalSha(ctx context.Context, src string, args ...any) (any, err
 		// unknown, as after a timeout on a direct call.
 		return nil, ctx.Err()
 	}
+}
+
+// evalShaNow sends one EVALSHA from the caller's goroutine, and the script
+// itself (EVAL) if Redis does not know it.
+func (l *Locker) evalShaNow(ctx context.Context, src string, args []any) (any, error) {
+	cmd := scriptCmd(ctx, args)
+	_ = l.client.Process(ctx, cmd)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = scriptCmd(ctx, evalArgs(src, args))
+		_ = l.client.Process(ctx, cmd)
+	}
+	return cmd.Result()
 }
 
 func scriptCmd(ctx context.Context, args []any) *redis.Cmd {
