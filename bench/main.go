@@ -89,7 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.MutexProfile, "mutexprofile", "", "write a mutex contention profile to this file")
 	fs.DurationVar(&c.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	fs.StringVar(&c.MemProfile, "memprofile", "", "memory section: write heap profiles to this file (after the big plan), FILE.during (at the largest sample) and FILE.running (at the largest once created)")
-	fs.IntVar(&c.PoolSize, "pool-size", 0, "go-redis pool size of the coordinator's client (0: go-redis' default, 10 × GOMAXPROCS, as cmd/deploycoord has it)")
+	fs.IntVar(&c.PoolSize, "pool-size", 0, "go-redis pool size of the coordinator's client (0: go-redis' default, 10 × GOMAXPROCS; cmd/deploycoord adds one connection per long poll it may hold, which no section makes)")
 	fs.BoolVar(&c.CommandStats, "commandstats", false, "print Redis' per-command CPU time (INFO commandstats) after every throughput run")
 	if err := fs.Parse(args); err != nil {
 		return c, err

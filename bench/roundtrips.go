@@ -38,9 +38,9 @@ const (
 
 // rttCounter is a go-redis hook that counts round trips — one per command
 // sent alone, one per pipeline or MULTI/EXEC block — and sorts them by what
-// they do, from the commands and their keys. It is the round-trip counter of
-// the main module's internal/redistest (which another module cannot import),
-// plus the classification. Connection handshakes are not counted.
+// they do, from the commands and their keys. It counts as the tests'
+// redistest.Counter does (connection handshakes are not counted:
+// redistest.Handshake), and adds the classification.
 //
 // Round trips made with a context from Tagged are also counted apart, so
 // that an operation's own round trips can be told from what runs in the
