@@ -40,10 +40,8 @@ func parseTokenEntry(entry string) (httpapi.Token, error) {
 	case len(secret) > maxSecretLen:
 		return httpapi.Token{}, fmt.Errorf("the secret is longer than %d characters", maxSecretLen)
 	}
-	for i := 0; i < len(secret); i++ {
-		if c := secret[i]; c <= ' ' || c > '~' {
-			return httpapi.Token{}, errors.New("the secret may hold only printable ASCII characters, no spaces")
-		}
+	if !printable(secret) {
+		return httpapi.Token{}, errors.New("the secret may hold only printable ASCII characters, no spaces")
 	}
 	return httpapi.Token{Name: name, Role: httpapi.Role(role), Hash: httpapi.HashSecret(secret)}, nil
 }
