@@ -294,43 +294,32 @@ func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("get task of tenant: %w", err)
 	}
+	// With a hint (the tenant's task id seen last) the record and the
+	// checkpoint are read in the same round trip as the index.
 	hint := r.hints.get(tenantID)
-	if hint == "" {
-		g := redis.NewStringCmd(ctx, "get", k)
-		if err := r.readPipe(ctx, g); err != nil {
-			return nil, nil, wrapErr(ctx, op, err)
-		}
-		id, err := g.Result()
-		if errors.Is(err, redis.Nil) {
-			return nil, nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
-		}
-		if err != nil {
-			return nil, nil, wrapErr(ctx, op, err)
-		}
-		if !task.ValidID(id) {
-			return nil, nil, fmt.Errorf("%w: %s holds %s, not a task id", ErrCorrupt, k, task.Quote(id))
-		}
-		r.hints.put(tenantID, id)
-		return r.loadTask(ctx, op, tenantID, id)
-	}
-	tk, _ := r.keys.taskKeys(tenantID, hint)
 	g := redis.NewStringCmd(ctx, "get", k)
-	h, c := redis.NewMapStringStringCmd(ctx, "hgetall", tk.task), redis.NewStringCmd(ctx, "get", tk.ckpt)
-	if err := r.readPipe(ctx, g, h, c); err != nil {
+	cmds := append(make([]redis.Cmder, 0, 3), g)
+	var tk taskKeys
+	var h *redis.MapStringStringCmd
+	var c *redis.StringCmd
+	if hint != "" {
+		tk, _ = r.keys.taskKeys(tenantID, hint)
+		h, c = redis.NewMapStringStringCmd(ctx, "hgetall", tk.task), redis.NewStringCmd(ctx, "get", tk.ckpt)
+		cmds = append(cmds, h, c)
+	}
+	if err := r.readPipe(ctx, cmds...); err != nil {
 		return nil, nil, wrapErr(ctx, op, err)
 	}
 	id, err := g.Result()
-	if errors.Is(err, redis.Nil) {
+	switch {
+	case errors.Is(err, redis.Nil):
 		r.hints.forget(tenantID)
 		return nil, nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
-	}
-	if err != nil {
+	case err != nil:
 		return nil, nil, wrapErr(ctx, op, err)
-	}
-	if id == hint {
+	case hint != "" && id == hint:
 		return decodeLoaded(ctx, op, tk, h, c)
-	}
-	if !task.ValidID(id) {
+	case !task.ValidID(id):
 		r.hints.forget(tenantID)
 		return nil, nil, fmt.Errorf("%w: %s holds %s, not a task id", ErrCorrupt, k, task.Quote(id))
 	}
