@@ -142,9 +142,7 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 	if wait > 0 {
 		release, ok := a.pollSlot()
 		if !ok {
-			w.Header().Set("Retry-After", "1")
-			WriteProblem(w, r, http.StatusServiceUnavailable, CodeUnavailable, fmt.Sprintf(
-				"the server holds %d long polls already; retry shortly", cap(a.polls)))
+			writeBusy(w, r, fmt.Sprintf("the server holds %d long polls already", cap(a.polls)))
 			return
 		}
 		defer release()
@@ -186,6 +184,13 @@ func (a *api) poll(ctx context.Context, f task.FeedFilter, wait time.Duration) (
 // all are taken.
 func (a *api) pollSlot() (release func(), ok bool) { return acquire(a.polls) }
 
+// writeBusy answers 503 UNAVAILABLE with Retry-After: 1 for a limit that
+// is reached (what says which).
+func writeBusy(w http.ResponseWriter, r *http.Request, what string) {
+	w.Header().Set("Retry-After", "1")
+	WriteProblem(w, r, http.StatusServiceUnavailable, CodeUnavailable, what+"; retry shortly")
+}
+
 // acquire takes a token of sem, the semaphore of one of the Config limits
 // (nil: no bound); ok is false when all are taken.
 func acquire(sem chan struct{}) (release func(), ok bool) {
@@ -221,9 +226,7 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, f task.FeedFilter) 
 	}
 	release, ok := acquire(a.streams)
 	if !ok {
-		w.Header().Set("Retry-After", "1")
-		WriteProblem(w, r, http.StatusServiceUnavailable, CodeUnavailable, fmt.Sprintf(
-			"the server holds %d event streams already; retry shortly", cap(a.streams)))
+		writeBusy(w, r, fmt.Sprintf("the server holds %d event streams already", cap(a.streams)))
 		return
 	}
 	defer release()

@@ -202,9 +202,7 @@ func (a *api) limitInFlight(next http.Handler) http.Handler {
 		}
 		release, ok := acquire(a.slots)
 		if !ok {
-			w.Header().Set("Retry-After", "1")
-			WriteProblem(w, r, http.StatusServiceUnavailable, CodeUnavailable,
-				"the server is serving "+strconv.Itoa(cap(a.slots))+" requests already; retry shortly")
+			writeBusy(w, r, "the server is serving "+strconv.Itoa(cap(a.slots))+" requests already")
 			return
 		}
 		info := infoOf(r)
