@@ -73,6 +73,13 @@ func (r RetryRequest) validate() error {
 // ExpectedAttempt is stale, and ErrTenantLocked when another task holds the
 // tenant. Of two people retrying at once exactly one wins.
 func (c *Coordinator) Retry(ctx context.Context, tenantID string, req RetryRequest, a Actor) (RetryResult, error) {
+	return c.retryTask(ctx, tenantID, "", req, a)
+}
+
+// retryTask is Retry of the tenant's current task; when taskID is set, that
+// task must be the tenant's current one (ErrInvalidState otherwise: a newer
+// task of the tenant would be undone by re-running an older one).
+func (c *Coordinator) retryTask(ctx context.Context, tenantID, taskID string, req RetryRequest, a Actor) (RetryResult, error) {
 	if err := checkTenant(tenantID); err != nil {
 		return RetryResult{}, err
 	}
@@ -82,6 +89,10 @@ func (c *Coordinator) Retry(ctx context.Context, tenantID string, req RetryReque
 	t, ck, err := c.store.TaskByTenant(ctx, tenantID)
 	if err != nil {
 		return RetryResult{}, translate(err, "task of tenant "+tenantID)
+	}
+	if taskID != "" && t.ID != taskID {
+		return RetryResult{}, wrapf(ErrInvalidState, "task %s is no longer the current task of tenant %s: task %s of plan %s is; retry that one instead",
+			taskID, tenantID, t.ID, t.PlanID)
 	}
 	if err := c.retriable(t, req.ExpectedAttempt); err != nil {
 		return RetryResult{}, err

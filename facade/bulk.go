@@ -1,0 +1,149 @@
+package facade
+
+import (
+	"context"
+	"slices"
+
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+)
+
+// MaxBulkTenants caps PlanRetryRequest.Tenants.
+const MaxBulkTenants = 10000
+
+// PlanRetryRequest retries many of a plan's tasks in one call (POST
+// /v1/plans/{planId}/retry). It selects the tasks whose status is in
+// Statuses, or — Orphaned — that are RUNNING without a live owner, narrowed
+// to Tenants when given; each selected task is retried as RetryRequest
+// would, with the same Reason, from its checkpoint (the default), from the
+// start (FromCheckpoint false) or from FromStage.
+type PlanRetryRequest struct {
+	Statuses       []task.Status `json:"statuses,omitempty"`
+	Orphaned       bool          `json:"orphaned,omitempty"`
+	Tenants        []string      `json:"tenants,omitempty"`
+	FromCheckpoint *bool         `json:"fromCheckpoint,omitempty"`
+	FromStage      string        `json:"fromStage,omitempty"`
+	Reason         string        `json:"reason"`
+	DryRun         bool          `json:"dryRun,omitempty"`
+}
+
+// RetrySkip is a selected task a bulk retry did not retry, and why (an
+// error matching one of the facade's errors: ErrTaskRunning, ...).
+type RetrySkip struct {
+	TenantID string
+	TaskID   string
+	Err      error
+}
+
+// PlanRetryResult answers a bulk retry: how many tasks the selection
+// matched, the tenants retried (or, for a dry run, that would be) and the
+// ones skipped with the reason.
+type PlanRetryResult struct {
+	PlanID   string
+	Selected int
+	Retried  []string
+	Skipped  []RetrySkip
+	DryRun   bool
+}
+
+func (r PlanRetryRequest) validate() error {
+	if err := checkReason(r.Reason); err != nil {
+		return err
+	}
+	if len(r.Statuses) == 0 && !r.Orphaned {
+		return wrapf(ErrInvalid, "select tasks with statuses (e.g. [\"FAILED\"]) and/or orphaned: true")
+	}
+	for _, s := range r.Statuses {
+		switch {
+		case !s.Valid():
+			return wrapf(ErrInvalid, "status %s is not a task status", task.Quote(string(s)))
+		case s == task.StatusCompleted || s == task.StatusPending || s == task.StatusRunning:
+			return wrapf(ErrInvalid, "status %s cannot be retried: choose among FAILED, PAUSED and CANCELLED (orphaned RUNNING tasks: orphaned: true)", s)
+		}
+	}
+	if len(r.Tenants) > MaxBulkTenants {
+		return wrapf(ErrInvalid, "at most %d tenants, got %d", MaxBulkTenants, len(r.Tenants))
+	}
+	for _, id := range r.Tenants {
+		if err := checkTenant(id); err != nil {
+			return err
+		}
+	}
+	one := RetryRequest{FromCheckpoint: r.FromCheckpoint, FromStage: r.FromStage, Reason: r.Reason}
+	return one.validate()
+}
+
+// RetryPlan retries the plan's tasks that req selects, each as Retry would
+// (audited with req.Reason, refused per task for the same reasons), and
+// answers which were retried and which skipped. Each task is retried at
+// most once per call and across concurrent calls: the attempt read at
+// selection is the expected attempt. A dry run changes nothing. Returns
+// ErrInvalid, ErrNotFound, ErrShuttingDown, ErrUnavailable.
+func (c *Coordinator) RetryPlan(ctx context.Context, planID string, req PlanRetryRequest, a Actor) (PlanRetryResult, error) {
+	if !plan.ValidID(planID) {
+		return PlanRetryResult{}, wrapf(ErrInvalid, "plan id %s is not a plan id", task.Quote(planID))
+	}
+	if err := req.validate(); err != nil {
+		return PlanRetryResult{}, err
+	}
+	if _, err := c.loadPlan(ctx, planID); err != nil {
+		return PlanRetryResult{}, err
+	}
+	if !req.DryRun && c.closing.Load() {
+		return PlanRetryResult{}, wrapf(ErrShuttingDown, "instance %s is shutting down; retry on another instance", c.cfg.Instance)
+	}
+	selected, err := c.selectForRetry(ctx, planID, req)
+	if err != nil {
+		return PlanRetryResult{}, err
+	}
+	res := PlanRetryResult{PlanID: planID, Selected: len(selected), Retried: []string{}, Skipped: []RetrySkip{}, DryRun: req.DryRun}
+	for _, t := range selected {
+		one := RetryRequest{FromCheckpoint: req.FromCheckpoint, FromStage: req.FromStage, Reason: req.Reason,
+			DryRun: req.DryRun, ExpectedAttempt: t.Attempt}
+		if _, err := c.retryTask(ctx, t.TenantID, t.ID, one, a); err != nil {
+			res.Skipped = append(res.Skipped, RetrySkip{TenantID: t.TenantID, TaskID: t.ID, Err: err})
+			continue
+		}
+		res.Retried = append(res.Retried, t.TenantID)
+	}
+	return res, nil
+}
+
+// selectForRetry lists the plan's tasks a bulk retry selects.
+func (c *Coordinator) selectForRetry(ctx context.Context, planID string, req PlanRetryRequest) ([]*task.Task, error) {
+	var tenants map[string]bool
+	if len(req.Tenants) > 0 {
+		tenants = make(map[string]bool, len(req.Tenants))
+		for _, id := range req.Tenants {
+			tenants[id] = true
+		}
+	}
+	statuses := slices.Clone(req.Statuses)
+	if req.Orphaned && !slices.Contains(statuses, task.StatusRunning) {
+		statuses = append(statuses, task.StatusRunning)
+	}
+	var out []*task.Task
+	for _, s := range statuses {
+		f := plan.TaskFilter{Status: s, Limit: plan.LimitMax}
+		for {
+			ts, next, err := c.store.PlanTasks(ctx, planID, f)
+			if err != nil {
+				return nil, translate(err, "plan "+planID)
+			}
+			for _, t := range ts {
+				if tenants != nil && !tenants[t.TenantID] {
+					continue
+				}
+				if s == task.StatusRunning && !c.orphaned(t) {
+					continue
+				}
+				out = append(out, t)
+			}
+			if next == "" {
+				break
+			}
+			f.Cursor = next
+		}
+	}
+	return out, nil
+}
