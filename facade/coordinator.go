@@ -91,7 +91,7 @@ const RestartPollDefault = time.Second
 // It is safe for concurrent use. Create it with New; stop it with Shutdown.
 type Coordinator struct {
 	store Store
-	locks Locker
+	locks Locker[Lease]
 	cfg   Config
 	log   zerolog.Logger
 	now   Clock
@@ -127,8 +127,9 @@ type Coordinator struct {
 	stopOnce   sync.Once
 }
 
-// New returns a Coordinator over store and locks.
-func New(store Store, locks Locker, cfg Config) (*Coordinator, error) {
+// New returns a Coordinator over store and locks. L, the locks' own lease
+// type, is inferred from locks.
+func New[L Lease](store Store, locks Locker[L], cfg Config) (*Coordinator, error) {
 	if store == nil || locks == nil {
 		return nil, errors.New("facade: store and locks are required")
 	}
@@ -187,7 +188,7 @@ func New(store Store, locks Locker, cfg Config) (*Coordinator, error) {
 		log = *cfg.Logger
 	}
 	c := &Coordinator{
-		store: store, locks: locks, cfg: cfg, now: cfg.Clock,
+		store: store, locks: leases[L]{locks}, cfg: cfg, now: cfg.Clock,
 		log:   log.With().Str("component", "facade").Logger(),
 		plans: map[string]*planRun{}, tasks: map[string]*taskRun{},
 		obs: cfg.Observer, started: cfg.Clock().UTC(), planStatus: map[string]plan.Status{},

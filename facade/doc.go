@@ -49,7 +49,7 @@
 // store, the tenant lock and the stage registry together, and package task
 // may import only the standard library and package checkpoint.
 //
-// A task run holds a tenantlock.Lease for its whole life. Before each stage
+// A task run holds a Lease for its whole life. Before each stage
 // it checks that the lease has enough time left, then honours a cancel, a
 // pause or the instance's shutdown; then it runs the stage's attempts under
 // the stage's timeout and retry policy, recording each retry (and its delay)

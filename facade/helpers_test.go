@@ -25,12 +25,14 @@ import (
 	"github.com/deploycoord/deploycoord/tenantlock"
 )
 
-// Compile-time check: the repository stores implement facade.Store.
+// Compile-time check: the repository stores implement facade.Store, the
+// tenant locks facade.Locker, and their leases facade.Lease.
 var (
-	_ facade.Store  = (*repository.Redis)(nil)
-	_ facade.Store  = (*repository.Memory)(nil)
-	_ facade.Store  = (*repository.Dual)(nil)
-	_ facade.Locker = (*tenantlock.Locker)(nil)
+	_ facade.Store                     = (*repository.Redis)(nil)
+	_ facade.Store                     = (*repository.Memory)(nil)
+	_ facade.Store                     = (*repository.Dual)(nil)
+	_ facade.Locker[*tenantlock.Lease] = (*tenantlock.Locker)(nil)
+	_ facade.Lease                     = (*tenantlock.Lease)(nil)
 )
 
 // bundle is one coordinator over a Redis backend, with a deployment target.

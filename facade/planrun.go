@@ -318,7 +318,7 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 
 // acquire takes the tenant lock for t under the plan's onTenantLocked
 // policy. While Redis is unreachable it keeps trying (no task starts).
-func (c *Coordinator) acquire(pr *planRun, t *task.Task) (*tenantlock.Lease, error) {
+func (c *Coordinator) acquire(pr *planRun, t *task.Task) (Lease, error) {
 	holder := tenantlock.Holder{PlanID: t.PlanID, TaskID: t.ID, Instance: c.cfg.Instance}
 	var waitUntil time.Time
 	if pr.p.OnTenantLocked == plan.LockWait {
@@ -424,7 +424,7 @@ func (c *Coordinator) beginAcquire(taskID string) (done func()) {
 	}
 }
 
-func (c *Coordinator) releaseQuietly(lease *tenantlock.Lease) {
+func (c *Coordinator) releaseQuietly(lease Lease) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
 	defer cancel()
 	if err := lease.Release(ctx); err != nil {

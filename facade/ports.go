@@ -2,6 +2,7 @@ package facade
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
@@ -87,13 +88,73 @@ type ServerWatcher interface {
 	ServerRunID(ctx context.Context) (string, error)
 }
 
-// Locker takes and inspects tenant locks (package tenantlock). One lock per
-// tenant; a Lease renews itself until it is released or lost.
-type Locker interface {
+// Lease is one holding of a tenant lock, as a task run uses it: the lock
+// value and fencing token its writes carry, the lease's deadline, and how it
+// ends. It renews itself until it is released, forgotten or lost; every
+// method is safe to call from any goroutine. A lease is lost in one of two
+// ways: refused (an extension or re-acquisition was refused: the lock was
+// force-released, holds another value, or another holder took a token since;
+// gone for good) or lapsed (its deadline passed while the lock's store did
+// not confirm an extension; Locker.Reacquire may take it back).
+type Lease interface {
+	// TenantID returns the locked tenant.
+	TenantID() string
+	// Value returns the lock value; fenced writes check it in Redis.
+	Value() string
+	// Fence returns the fencing token taken with the lock.
+	Fence() int64
+	// Deadline returns when the lease ends unless renewed (local clock,
+	// clock drift allowed for).
+	Deadline() time.Time
+	// Confirmed returns when the lock's store last confirmed the lease (its
+	// acquisition, re-acquisition or latest extension).
+	Confirmed() time.Time
+	// Local reports whether the lease is an in-process lock
+	// (single-instance mode): no lock key exists in Redis, so fenced writes
+	// carry an empty lock value (the fence and sequence checks still apply).
+	Local() bool
+	// Refused reports whether the lease was lost because an extension was
+	// refused, rather than because its deadline passed; Err then matches
+	// tenantlock.ErrLeaseRefused. False while the lease is not lost.
+	Refused() bool
+	// Check returns nil while the lease is valid for at least margin more.
+	// Returns an error matching tenantlock.ErrLeaseLost otherwise — after
+	// Release or Forget too — and also tenantlock.ErrLeaseRefused (a
+	// *tenantlock.RefusedError) when it was lost by a refusal.
+	Check(margin time.Duration) error
+	// Err returns why the lease was lost, nil before: an error matching
+	// tenantlock.ErrLeaseLost, and also tenantlock.ErrLeaseRefused (a
+	// *tenantlock.RefusedError) when an extension was refused.
+	Err() error
+	// Context returns a copy of parent that is cancelled the moment the
+	// lease is lost, with Err as its cause (context.Cause); cancelled at
+	// once if the lease is lost already. Release, Forget and a replacing
+	// Reacquire are not losses. Call the CancelFunc when done with it.
+	Context(parent context.Context) (context.Context, context.CancelFunc)
+	// Release stops renewal and deletes the lock if it still holds Value.
+	// Returns nil when the lock is deleted or already gone, an error
+	// matching tenantlock.ErrLeaseLost when it holds another holder's value
+	// (left in place), and a storage failure (see IsUnavailable) or a
+	// context error when the store did not answer; Release may be called
+	// again then. After a nil return, Forget or a replacing Reacquire it
+	// does nothing.
+	Release(ctx context.Context) error
+	// Forget stops renewal without deleting the lock: the task's last write
+	// deleted it (task.Write.ReleaseLock). An in-process lease also frees
+	// its lock. Safe to call at any time, more than once.
+	Forget()
+}
+
+// Locker takes and inspects tenant locks (package tenantlock: New on
+// Redis, NewLocal in process). One lock per tenant; a lease renews itself
+// until it is released or lost. L is the locker's own lease type
+// (*tenantlock.Lease): Go has no covariant results, so New takes a Locker of
+// any lease type and uses it as a Locker[Lease].
+type Locker[L Lease] interface {
 	// Acquire takes the tenant's lock for holder, with a new fencing token.
 	// Returns a *tenantlock.LockedError (errors.Is tenantlock.ErrLocked)
 	// naming the holder when the lock is held.
-	Acquire(ctx context.Context, tenantID string, holder tenantlock.Holder) (*tenantlock.Lease, error)
+	Acquire(ctx context.Context, tenantID string, holder tenantlock.Holder) (L, error)
 	// View returns who holds the tenant's lock, for how long, with which fence.
 	View(ctx context.Context, tenantID string) (tenantlock.Info, error)
 	// ForceRelease deletes the tenant's lock if its fence is still
@@ -101,9 +162,42 @@ type Locker interface {
 	// *tenantlock.MismatchError (errors.Is tenantlock.ErrFenceMismatch).
 	ForceRelease(ctx context.Context, tenantID string, expectedFence int64) (tenantlock.Info, error)
 	// Reacquire takes the lock again with the lease's value and fence if it
-	// is still ours or nobody took it since the lease lapsed. Returns an error
-	// matching tenantlock.ErrLeaseRefused otherwise.
-	Reacquire(ctx context.Context, lease *tenantlock.Lease) (*tenantlock.Lease, error)
+	// is still ours or nobody took it since the lease lapsed, and returns
+	// the new lease (the old one is retired). Returns an error matching
+	// tenantlock.ErrLeaseRefused otherwise.
+	Reacquire(ctx context.Context, lease L) (L, error)
+}
+
+// leases is a Locker[L] as a Locker[Lease], the form the coordinator uses.
+type leases[L Lease] struct{ locks Locker[L] }
+
+func (l leases[L]) Acquire(ctx context.Context, tenantID string, holder tenantlock.Holder) (Lease, error) {
+	lease, err := l.locks.Acquire(ctx, tenantID, holder)
+	if err != nil {
+		return nil, err // not a Lease holding a nil L
+	}
+	return lease, nil
+}
+
+func (l leases[L]) View(ctx context.Context, tenantID string) (tenantlock.Info, error) {
+	return l.locks.View(ctx, tenantID)
+}
+
+func (l leases[L]) ForceRelease(ctx context.Context, tenantID string, expectedFence int64) (tenantlock.Info, error) {
+	return l.locks.ForceRelease(ctx, tenantID, expectedFence)
+}
+
+func (l leases[L]) Reacquire(ctx context.Context, lease Lease) (Lease, error) {
+	own, ok := lease.(L)
+	if !ok {
+		// Every lease the coordinator holds came from this Locker.
+		return nil, fmt.Errorf("%w: reacquire: a %T is not a lease of this Locker", tenantlock.ErrInvalid, lease)
+	}
+	next, err := l.locks.Reacquire(ctx, own)
+	if err != nil {
+		return nil, err
+	}
+	return next, nil
 }
 
 // Clock returns the current time. Tests inject their own.

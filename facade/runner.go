@@ -50,7 +50,7 @@ type taskRun struct {
 	// lease is the tenant lease held now; it is replaced when a lapsed lease
 	// is re-acquired (same value and fence). ctx (a child of runCtx) is
 	// cancelled when that lease is lost; stopBeat stops its heartbeat.
-	lease    *tenantlock.Lease
+	lease    Lease
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	stopBeat func()
@@ -62,7 +62,7 @@ type taskRun struct {
 	released bool
 }
 
-func (c *Coordinator) newRun(t *task.Task, p *plan.Plan, stages []stage.Runnable, ck checkpoint.Checkpoint, lease *tenantlock.Lease, pr *planRun) *taskRun {
+func (c *Coordinator) newRun(t *task.Task, p *plan.Plan, stages []stage.Runnable, ck checkpoint.Checkpoint, lease Lease, pr *planRun) *taskRun {
 	r := &taskRun{c: c, t: t, p: p, stages: stages, ckpt: ck, pr: pr}
 	// Not a child of the coordinator's hard-stop context: thousands of runs
 	// registering with one parent contend on its lock. Shutdown cancels
@@ -75,7 +75,7 @@ func (c *Coordinator) newRun(t *task.Task, p *plan.Plan, stages []stage.Runnable
 }
 
 // hold makes lease the run's lease, with a fresh context and heartbeat.
-func (r *taskRun) hold(lease *tenantlock.Lease) {
+func (r *taskRun) hold(lease Lease) {
 	if r.stopBeat != nil {
 		r.stopBeat()
 	}
@@ -383,7 +383,7 @@ func (r *taskRun) addEvent(ev task.Event) {
 
 func (r *taskRun) guard() task.Guard { return guardOf(r.lease) }
 
-func guardOf(l *tenantlock.Lease) task.Guard {
+func guardOf(l Lease) task.Guard {
 	if l.Local() {
 		// In-process (single-instance) leases have no lock key in Redis; the
 		// fence and the sequence check still apply.
@@ -613,7 +613,7 @@ func (r *taskRun) finish() {
 // its lease ends. It starts no goroutine: the lease's own renewer cancels
 // the lease's context, and timers beat and watch the deadline (a task
 // shorter than lease/3 never fires either).
-func (r *taskRun) heartbeat(lease *tenantlock.Lease, cancel context.CancelCauseFunc) (stop func()) {
+func (r *taskRun) heartbeat(lease Lease, cancel context.CancelCauseFunc) (stop func()) {
 	tenantID, taskID, g := r.t.TenantID, r.t.ID, guardOf(lease)
 	every := max(r.c.cfg.Lease/3, 10*time.Millisecond)
 	// Cut the stage a guard time before the lease would end unconfirmed,

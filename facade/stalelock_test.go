@@ -16,7 +16,7 @@ import (
 // once release is closed: the caller holds the lock but has not registered
 // its run yet.
 type holdFirstAcquire struct {
-	facade.Locker
+	facade.Locker[*tenantlock.Lease]
 	held             atomic.Bool
 	entered, release chan struct{}
 }
