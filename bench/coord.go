@@ -24,7 +24,7 @@ import (
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/task/stage"
-	"github.com/deploycoord/deploycoord/tenantlock"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // env is the Redis the benchmark runs against and what every section shares.
@@ -132,7 +132,7 @@ func randHex(n int) string {
 }
 
 // instance is one coordinator under test, wired as cmd/deploycoord wires it:
-// the double-writing store (memory with DropFinished + Redis), tenantlock on
+// the double-writing store (memory with DropFinished + Redis), redislock on
 // the store's keys and the built-in stage kinds.
 type instance struct {
 	coord  *facade.Coordinator
@@ -148,7 +148,7 @@ func (e *env) newInstance(client *redis.Client, prefix string) (*instance, error
 	}
 	keys := redisStore.Keys()
 	store := repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), redisStore)
-	locks, err := tenantlock.New(client, tenantlock.Config{
+	locks, err := redislock.New(client, redislock.Config{
 		Lease:    facade.LeaseDefault,
 		LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
 		FenceKey: func(t string) string { k, _ := keys.Fence(t); return k },

@@ -211,7 +211,7 @@ func argStr(v any) string {
 	return fmt.Sprint(v)
 }
 
-// Scripts told apart by their keys (repository/scripts, tenantlock/scripts,
+// Scripts told apart by their keys (repository/scripts, tenantlock/redislock/scripts,
 // redsync's release and extend).
 const (
 	scWriteTask  = "write_task"

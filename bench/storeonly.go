@@ -12,12 +12,13 @@ import (
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/tenantlock"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // runStoreOnly makes the storage calls of a plan of n tenants × 1 noop
 // stage without the coordinator: the Redis store's CreatePlan, then from
 // -concurrency goroutines, for each task, what the runner sends — the
-// tenant lock (tenantlock.Acquire), the PENDING → RUNNING write, the final
+// tenant lock (redislock.Locker.Acquire), the PENDING → RUNNING write, the final
 // write with the checkpoint and the lock release — and checks the plan
 // COMPLETED. It is the floor under the coordinator's cost with today's
 // scripts and round trips: the coordinator cannot be faster than its
@@ -30,7 +31,7 @@ func (e *env) runStoreOnly(ctx context.Context, n int) (planRun, error) {
 		return planRun{}, err
 	}
 	keys := store.Keys()
-	locks, err := tenantlock.New(e.client, tenantlock.Config{
+	locks, err := redislock.New(e.client, redislock.Config{
 		LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
 		FenceKey: func(t string) string { k, _ := keys.Fence(t); return k },
 	})
@@ -96,7 +97,7 @@ func (e *env) runStoreOnly(ctx context.Context, n int) (planRun, error) {
 
 // runStoredTask makes the storage calls of one task run as the runner makes
 // them for a single noop stage.
-func runStoredTask(ctx context.Context, store *repository.Redis, locks *tenantlock.Locker, t *task.Task, instance string) error {
+func runStoredTask(ctx context.Context, store *repository.Redis, locks *redislock.Locker, t *task.Task, instance string) error {
 	lease, err := locks.Acquire(ctx, t.TenantID, tenantlock.Holder{PlanID: t.PlanID, TaskID: t.ID, Instance: instance})
 	if err != nil {
 		return fmt.Errorf("acquire %s: %w", t.TenantID, err)

@@ -7,14 +7,15 @@
 // # Using it from Go
 //
 // A Coordinator needs a Store (package repository: NewRedis, or NewDual over
-// a Memory and a Redis as the server does), a Locker (package tenantlock,
-// over the same Redis client and the repository's lock and fence keys) and a
+// a Memory and a Redis as the server does), a Locker (package
+// tenantlock/redislock, over the same Redis client and the repository's lock
+// and fence keys) and a
 // stage Registry (package task/stage) where the program registers its own
 // kinds next to noop, sleep, http and exec:
 //
 //	store, _ := repository.NewRedis(client, repository.Config{Prefix: "prod:executor:"})
 //	keys := store.Keys()
-//	locks, _ := tenantlock.New(client, tenantlock.Config{Lease: time.Minute,
+//	locks, _ := redislock.New(client, redislock.Config{Lease: time.Minute,
 //		LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
 //		FenceKey: func(t string) string { k, _ := keys.Fence(t); return k }})
 //	stages := stage.NewRegistry(stage.Options{})
@@ -25,7 +26,7 @@
 //
 // Config.Lease must be the Locker's lease: it is also the orphan threshold.
 // The go-redis client must be made with ContextTimeoutEnabled (see package
-// tenantlock). Every instance sharing a Redis and a key prefix sees the same
+// redislock). Every instance sharing a Redis and a key prefix sees the same
 // plans and tasks; Instance must be unique among them. See the Example.
 //
 // # What runs where

@@ -45,7 +45,7 @@ var (
 )
 
 // IsUnavailable reports whether err comes from an unreachable backend: it has
-// a method Unavailable() bool that returns true (repository and tenantlock
+// a method Unavailable() bool that returns true (repository and redislock
 // errors do), or it is ErrUnavailable.
 func IsUnavailable(err error) bool {
 	if errors.Is(err, ErrUnavailable) {

@@ -15,7 +15,7 @@ import (
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/task/stage"
-	"github.com/deploycoord/deploycoord/tenantlock"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // greetConfig is the config of the example's "greet" stage kind:
@@ -45,7 +45,7 @@ func Example() {
 	ctx := context.Background()
 
 	// An in-process Redis keeps the example self-contained; a program dials
-	// its real Redis here (with ContextTimeoutEnabled, see tenantlock).
+	// its real Redis here (with ContextTimeoutEnabled, see redislock).
 	mini, err := miniredis.Run()
 	if err != nil {
 		log.Fatal(err)
@@ -60,7 +60,7 @@ func Example() {
 	}
 	keys := store.Keys()
 	const lease = 30 * time.Second
-	locks, err := tenantlock.New(client, tenantlock.Config{
+	locks, err := redislock.New(client, redislock.Config{
 		Lease:    lease,
 		LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
 		FenceKey: func(t string) string { k, _ := keys.Fence(t); return k },

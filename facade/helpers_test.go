@@ -22,17 +22,17 @@ import (
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/task/stage"
-	"github.com/deploycoord/deploycoord/tenantlock"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // Compile-time check: the repository stores implement facade.Store, the
 // tenant locks facade.Locker, and their leases facade.Lease.
 var (
-	_ facade.Store                     = (*repository.Redis)(nil)
-	_ facade.Store                     = (*repository.Memory)(nil)
-	_ facade.Store                     = (*repository.Dual)(nil)
-	_ facade.Locker[*tenantlock.Lease] = (*tenantlock.Locker)(nil)
-	_ facade.Lease                     = (*tenantlock.Lease)(nil)
+	_ facade.Store                    = (*repository.Redis)(nil)
+	_ facade.Store                    = (*repository.Memory)(nil)
+	_ facade.Store                    = (*repository.Dual)(nil)
+	_ facade.Locker[*redislock.Lease] = (*redislock.Locker)(nil)
+	_ facade.Lease                    = (*redislock.Lease)(nil)
 )
 
 // bundle is one coordinator over a Redis backend, with a deployment target.
@@ -42,7 +42,7 @@ type bundle struct {
 	client  redis.UniversalClient
 	prefix  string
 	store   *repository.Redis
-	locks   *tenantlock.Locker
+	locks   *redislock.Locker
 	coord   *facade.Coordinator
 	target  *target
 	gates   *gates
@@ -86,7 +86,7 @@ func setup(t *testing.T, be redistest.Backend, opts ...option) *bundle {
 		o(b)
 	}
 	keys := b.store.Keys()
-	b.locks, err = tenantlock.New(client, tenantlock.Config{
+	b.locks, err = redislock.New(client, redislock.Config{
 		Lease:    b.cfg.Lease,
 		LockKey:  func(tn string) string { k, _ := keys.Lock(tn); return k },
 		FenceKey: func(tn string) string { k, _ := keys.Fence(tn); return k },

@@ -145,10 +145,10 @@ type Lease interface {
 	Forget()
 }
 
-// Locker takes and inspects tenant locks (package tenantlock: New on
-// Redis, NewLocal in process). One lock per tenant; a lease renews itself
+// Locker takes and inspects tenant locks (package tenantlock/redislock: New
+// on Redis, NewLocal in process). One lock per tenant; a lease renews itself
 // until it is released or lost. L is the locker's own lease type
-// (*tenantlock.Lease): Go has no covariant results, so New takes a Locker of
+// (*redislock.Lease): Go has no covariant results, so New takes a Locker of
 // any lease type and uses it as a Locker[Lease].
 type Locker[L Lease] interface {
 	// Acquire takes the tenant's lock for holder, with a new fencing token.

@@ -13,7 +13,7 @@ import (
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
-	"github.com/deploycoord/deploycoord/tenantlock"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // failLast creates a plan whose last stage fails for tenant failing and
@@ -252,7 +252,7 @@ func TestRestartAnswersFromRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		keys := store.Keys()
-		locks, err := tenantlock.New(client, tenantlock.Config{Lease: 5 * time.Second,
+		locks, err := redislock.New(client, redislock.Config{Lease: 5 * time.Second,
 			LockKey:  func(tn string) string { k, _ := keys.Lock(tn); return k },
 			FenceKey: func(tn string) string { k, _ := keys.Fence(tn); return k }})
 		if err != nil {

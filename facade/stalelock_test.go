@@ -10,18 +10,19 @@ import (
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/tenantlock"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // holdFirstAcquire is a Locker whose first successful Acquire returns only
 // once release is closed: the caller holds the lock but has not registered
 // its run yet.
 type holdFirstAcquire struct {
-	facade.Locker[*tenantlock.Lease]
+	facade.Locker[*redislock.Lease]
 	held             atomic.Bool
 	entered, release chan struct{}
 }
 
-func (h *holdFirstAcquire) Acquire(ctx context.Context, tenantID string, holder tenantlock.Holder) (*tenantlock.Lease, error) {
+func (h *holdFirstAcquire) Acquire(ctx context.Context, tenantID string, holder tenantlock.Holder) (*redislock.Lease, error) {
 	lease, err := h.Locker.Acquire(ctx, tenantID, holder)
 	if err == nil && h.held.CompareAndSwap(false, true) {
 		close(h.entered)

@@ -12,7 +12,7 @@ import (
 	"github.com/deploycoord/deploycoord/httpapi"
 )
 
-// unavailableErr is how repository and tenantlock errors say Redis is down.
+// unavailableErr is how repository and redislock errors say Redis is down.
 type unavailableErr struct{}
 
 func (unavailableErr) Error() string     { return "dial tcp 10.0.0.7:6379: connection refused" }

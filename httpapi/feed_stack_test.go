@@ -12,7 +12,7 @@ import (
 	"github.com/deploycoord/deploycoord/facade"
 	"github.com/deploycoord/deploycoord/httpapi"
 	"github.com/deploycoord/deploycoord/internal/redistest"
-	"github.com/deploycoord/deploycoord/tenantlock"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // TestFeedStack runs the instance registry, the event feed and the batched
@@ -63,12 +63,12 @@ func (s *stack) awaitEvent(t *testing.T, typ, planID string) []httpapi.FeedEvent
 	}
 }
 
-func shortLease(fc *facade.Config, _ *tenantlock.Config) { fc.Lease = time.Second }
+func shortLease(fc *facade.Config, _ *redislock.Config) { fc.Lease = time.Second }
 
 func testInstances(t *testing.T, b redistest.Backend) {
 	client, prefix := b.New(t)
 	a := newStackOn(t, client, prefix, "coord-a", httpapi.Config{}, shortLease,
-		func(fc *facade.Config, _ *tenantlock.Config) { fc.Addr, fc.Version = "10.0.0.1:8080", "1.2.3" })
+		func(fc *facade.Config, _ *redislock.Config) { fc.Addr, fc.Version = "10.0.0.1:8080", "1.2.3" })
 	other := newStackOn(t, client, prefix, "coord-b", httpapi.Config{}, shortLease)
 	list := func() map[string]httpapi.Instance {
 		a := serve(t, a.h, request{method: "GET", path: "/v1/instances"})
@@ -262,7 +262,7 @@ func testStatusRoundTrips(t *testing.T, b redistest.Backend) {
 	counter := &redistest.Counter{}
 	client.AddHook(counter)
 	s := newStackOn(t, client, prefix, "coord-a", httpapi.Config{},
-		func(fc *facade.Config, _ *tenantlock.Config) { fc.Heartbeat = time.Hour }) // no background round trips
+		func(fc *facade.Config, _ *redislock.Config) { fc.Heartbeat = time.Hour }) // no background round trips
 	ids := make([]string, httpapi.MaxStatusTenants-1) // and one without a task
 	tenants := make([]string, len(ids))
 	for i := range ids {

@@ -24,6 +24,7 @@ import (
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/tenantlock"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // The house rule: bad input gets a clear error and changes nothing. These
@@ -101,7 +102,7 @@ func newHxFixture(t *testing.T) *hxFixture {
 	client, prefix := redistest.Real(t)
 	f := &hxFixture{client: client, prefix: prefix}
 	f.s = newStackOn(t, client, prefix, hostileInstance, httpapi.Config{RateLimit: -1},
-		func(fc *facade.Config, _ *tenantlock.Config) { fc.Lease = time.Minute })
+		func(fc *facade.Config, _ *redislock.Config) { fc.Lease = time.Minute })
 	s := f.s
 
 	// A FAILED task: one http stage pushing to the stack's target, which

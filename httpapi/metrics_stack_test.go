@@ -21,6 +21,7 @@ import (
 	"github.com/deploycoord/deploycoord/internal/redistest"
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/tenantlock"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // scrape is one GET /metrics, parsed.
@@ -71,7 +72,7 @@ func newMetricsStack(t *testing.T, b redistest.Backend) *metricsStack {
 	client, prefix := b.New(t)
 	client.AddHook(repository.NewCommandHook(rec.RedisCommand))
 	cfg := httpapi.Config{Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Observe: rec.Observe}
-	s := newStackOn(t, client, prefix, "coord-a", cfg, func(fc *facade.Config, lc *tenantlock.Config) {
+	s := newStackOn(t, client, prefix, "coord-a", cfg, func(fc *facade.Config, lc *redislock.Config) {
 		fc.Observer = rec
 		lc.OnRenew = rec.LeaseRenewed
 		lc.RenewEvery = 200 * time.Millisecond

@@ -21,6 +21,7 @@ import (
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/task/stage"
 	"github.com/deploycoord/deploycoord/tenantlock"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // stack is the API over a real coordinator as cmd wires it: the double-
@@ -32,7 +33,7 @@ type stack struct {
 	client redis.UniversalClient
 	store  *repository.Dual
 	keys   repository.Keys
-	locks  *tenantlock.Locker
+	locks  *redislock.Locker
 	target *httptest.Server
 	// failing makes the target answer 500 to pushes for this tenant.
 	failing atomic.Value
@@ -55,7 +56,7 @@ func newStack(t *testing.T, b redistest.Backend) *stack {
 // opts change the coordinator's and the locks' configs (the locks' lease is
 // the coordinator's).
 func newStackOn(t *testing.T, client redis.UniversalClient, prefix, instance string, cfg httpapi.Config,
-	opts ...func(*facade.Config, *tenantlock.Config)) *stack {
+	opts ...func(*facade.Config, *redislock.Config)) *stack {
 	t.Helper()
 	s := &stack{client: client}
 	s.failing.Store("")
@@ -79,7 +80,7 @@ func newStackOn(t *testing.T, client redis.UniversalClient, prefix, instance str
 		Instance: instance, Lease: 5 * time.Second,
 		Pipelines: map[string][]task.StageSpec{"standard-deploy": {{Name: "noop", Kind: "noop"}}},
 	}
-	lc := tenantlock.Config{
+	lc := redislock.Config{
 		LockKey:  func(id string) string { k, _ := keys.Lock(id); return k },
 		FenceKey: func(id string) string { k, _ := keys.Fence(id); return k },
 	}
@@ -87,7 +88,7 @@ func newStackOn(t *testing.T, client redis.UniversalClient, prefix, instance str
 		o(&fc, &lc)
 	}
 	lc.Lease = fc.Lease
-	locks, err := tenantlock.New(client, lc)
+	locks, err := redislock.New(client, lc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package tenantlock
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -125,30 +126,12 @@ func (e *RefusedError) Is(target error) bool {
 	return target == ErrLeaseRefused || target == ErrLeaseLost
 }
 
-// RedisError is returned when a call to Redis failed or its context ended
-// before Redis answered: the lock's state is unknown. It carries the cause's
-// text; it unwraps only to context.Canceled or context.DeadlineExceeded, so
-// no go-redis or redsync error leaves the package.
-type RedisError struct {
-	// Op is what failed: "acquire", "view", "force-release", "release",
-	// "extend" or "reacquire".
-	Op       string
-	TenantID string
-	// Cause is the text of the underlying error.
-	Cause       string
-	unavailable bool
-	ctxErr      error
+// quote quotes s for an error message, escaping control characters and
+// cutting it short.
+func quote(s string) string {
+	const limit = 64
+	if len(s) > limit {
+		return strconv.Quote(s[:limit]) + "..."
+	}
+	return strconv.Quote(s)
 }
-
-func (e *RedisError) Error() string {
-	return fmt.Sprintf("tenantlock: %s tenant %s: %s", e.Op, e.TenantID, e.Cause)
-}
-
-// Unavailable reports whether Redis was unreachable, too slow or not ready
-// (connection refused or reset, timeout, deadline exceeded, LOADING, ...),
-// as opposed to refusing the command or the caller cancelling.
-func (e *RedisError) Unavailable() bool { return e.unavailable }
-
-// Unwrap returns context.Canceled or context.DeadlineExceeded when the call
-// ended with its context, else nil.
-func (e *RedisError) Unwrap() error { return e.ctxErr }

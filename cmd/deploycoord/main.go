@@ -35,7 +35,7 @@ import (
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/task/stage"
-	"github.com/deploycoord/deploycoord/tenantlock"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // Version is the server's version, set at build time with
@@ -139,20 +139,20 @@ func (m *Main) Run(ctx context.Context) error {
 	keys := redisStore.Keys()
 	log := m.Log
 	var (
-		locks   *tenantlock.Locker
+		locks   *redislock.Locker
 		dualCfg repository.DualConfig
 	)
 	if c.SingleInstance {
 		m.Log.Warn().Str("key_prefix", c.KeyPrefix).Msg("SINGLE-INSTANCE MODE (DEPLOYCOORD_SINGLE_INSTANCE=true): tenant locks live in " +
 			"this process and writes are queued in memory while Redis is unreachable. This is safe ONLY with exactly ONE " +
 			"deploycoord instance on this Redis and key prefix: a second instance would deploy the same tenants at the same time.")
-		locks, err = tenantlock.NewLocal(tenantlock.LocalConfig{Lease: c.LockLease, OnRenew: m.metrics.LeaseRenewed})
+		locks, err = redislock.NewLocal(redislock.LocalConfig{Lease: c.LockLease, OnRenew: m.metrics.LeaseRenewed})
 		dualCfg = repository.DualConfig{SingleInstance: true, OnReplayError: func(err error) {
 			log.Error().Err(err).Msg("redis refused a queued write when it was written back; the write is dropped")
 		}}
 		m.warnOtherInstances(ctx, redisStore)
 	} else {
-		locks, err = tenantlock.New(m.client, tenantlock.Config{
+		locks, err = redislock.New(m.client, redislock.Config{
 			Lease:    c.LockLease,
 			LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
 			FenceKey: func(t string) string { k, _ := keys.Fence(t); return k },

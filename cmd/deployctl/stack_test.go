@@ -21,7 +21,7 @@ import (
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/task/stage"
-	"github.com/deploycoord/deploycoord/tenantlock"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // testToken is the bearer token the stack demands. The runner fails a test
@@ -34,7 +34,7 @@ const testToken = "s3cret-T0ken-d0-not-print"
 type stack struct {
 	url    string
 	coord  *facade.Coordinator
-	locks  *tenantlock.Locker
+	locks  *redislock.Locker
 	target *httptest.Server
 
 	mu sync.Mutex
@@ -73,7 +73,7 @@ func newStack(t *testing.T) *stack {
 	}
 	keys := rs.Keys()
 	const lease = 5 * time.Second
-	s.locks, err = tenantlock.New(client, tenantlock.Config{
+	s.locks, err = redislock.New(client, redislock.Config{
 		Lease:    lease,
 		LockKey:  func(id string) string { k, _ := keys.Lock(id); return k },
 		FenceKey: func(id string) string { k, _ := keys.Fence(id); return k },

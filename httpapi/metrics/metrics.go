@@ -2,7 +2,7 @@
 // told what happens — by the coordinator (it is a facade.Observer), the
 // HTTP API (httpapi.Config.Observe), the Redis client (a
 // repository.CommandHook reports to RedisCommand) and the tenant locks
-// (tenantlock.Config.OnRenew) — and reads the state gauges (plans by
+// (redislock.Config.OnRenew) — and reads the state gauges (plans by
 // status, orphaned tasks, degraded) at scrape time from the sources given
 // to Watch.
 //
@@ -200,7 +200,7 @@ func (m *Recorder) WriteRefused(reason task.RefuseReason) {
 }
 
 // LeaseRenewed records a lease extension attempt: the hook of
-// tenantlock.Config.OnRenew.
+// redislock.Config.OnRenew.
 func (m *Recorder) LeaseRenewed(ok bool) {
 	if ok {
 		m.leaseRenewals.WithLabelValues("ok").Inc()

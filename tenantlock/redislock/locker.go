@@ -1,4 +1,4 @@
-package tenantlock
+package redislock
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/go-redsync/redsync/v4"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/deploycoord/deploycoord/tenantlock"
 )
 
 const (
@@ -90,24 +92,24 @@ type Locker struct {
 // and a hung Redis can hold a renewal past the lease (see the package doc).
 func New(client redis.UniversalClient, cfg Config) (*Locker, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: nil redis client", ErrInvalid)
+		return nil, fmt.Errorf("%w: nil redis client", tenantlock.ErrInvalid)
 	}
 	if cfg.LockKey == nil || cfg.FenceKey == nil {
-		return nil, fmt.Errorf("%w: Config.LockKey and Config.FenceKey are required", ErrInvalid)
+		return nil, fmt.Errorf("%w: Config.LockKey and Config.FenceKey are required", tenantlock.ErrInvalid)
 	}
 	lease := cfg.Lease
 	if lease == 0 {
 		lease = LeaseDefault
 	}
 	if lease < LeaseMin {
-		return nil, fmt.Errorf("%w: lease %s is shorter than %s", ErrInvalid, lease, LeaseMin)
+		return nil, fmt.Errorf("%w: lease %s is shorter than %s", tenantlock.ErrInvalid, lease, LeaseMin)
 	}
 	renewEvery := cfg.RenewEvery
 	if renewEvery == 0 {
 		renewEvery = lease / 3
 	}
 	if renewEvery < 0 || renewEvery >= lease {
-		return nil, fmt.Errorf("%w: renewal period %s must be positive and shorter than the lease %s", ErrInvalid, renewEvery, lease)
+		return nil, fmt.Errorf("%w: renewal period %s must be positive and shorter than the lease %s", tenantlock.ErrInvalid, renewEvery, lease)
 	}
 	clock := cfg.Clock
 	if clock == nil {
@@ -156,17 +158,17 @@ func (l *Locker) newMutex(b *redsyncBackend, key string, extra redsync.Option) *
 // freed between its refused SET NX and the read of its holder.
 const acquireAttempts = 4
 
-// Acquire takes the tenant's lock for h with a new fencing token, in one
-// round trip (the token is taken by the SET NX script), and starts renewing
-// it. It does not wait: when another holder has the lock it returns a
-// *LockedError (errors.Is ErrLocked) naming that holder, after a second
-// round trip that reads the holder. A Redis failure or
-// an ended context is a *RedisError; a bad tenant id or holder field an error
-// matching ErrInvalid.
+// Acquire takes the tenant's lock for h with a new fencing token, in one round
+// trip (the token is taken by the SET NX script), and starts renewing it. It
+// does not wait: when another holder has the lock it returns a
+// *tenantlock.LockedError (errors.Is tenantlock.ErrLocked) naming that holder,
+// after a second round trip that reads the holder. A Redis failure or an ended
+// context is a *RedisError; a bad tenant id or holder field an error matching
+// tenantlock.ErrInvalid.
 //
 // The SET NX call is bounded by Lease/20, at least 100ms and at most
 // Lease/3 (and by ctx); the lease's deadline counts from when it was sent.
-func (l *Locker) Acquire(ctx context.Context, tenantID string, h Holder) (*Lease, error) {
+func (l *Locker) Acquire(ctx context.Context, tenantID string, h tenantlock.Holder) (*Lease, error) {
 	if err := validTenant(tenantID); err != nil {
 		return nil, err
 	}
@@ -197,17 +199,17 @@ func (l *Locker) Acquire(ctx context.Context, tenantID string, h Holder) (*Lease
 		if !info.Held && attempt < acquireAttempts-1 {
 			continue
 		}
-		return nil, &LockedError{TenantID: tenantID, Holder: info.Holder, TTL: info.TTL, Fence: info.Fence, Value: info.Value}
+		return nil, &tenantlock.LockedError{TenantID: tenantID, Holder: info.Holder, TTL: info.TTL, Fence: info.Fence, Value: info.Value}
 	}
 }
 
 // View returns who holds the tenant's lock, for how long, and the last
 // fencing token, in one round trip (a MULTI/EXEC block, so the three reads
 // are consistent). A value this package did not write is reported as held,
-// with a zero Holder and the raw Value.
-func (l *Locker) View(ctx context.Context, tenantID string) (Info, error) {
+// with a zero tenantlock.Holder and the raw Value.
+func (l *Locker) View(ctx context.Context, tenantID string) (tenantlock.Info, error) {
 	if err := validTenant(tenantID); err != nil {
-		return Info{}, err
+		return tenantlock.Info{}, err
 	}
 	if l.local != nil {
 		return l.local.view(tenantID), nil
@@ -227,11 +229,11 @@ func (l *Locker) View(ctx context.Context, tenantID string) (Info, error) {
 		}
 	}
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return Info{}, redisError(ctx, "view", tenantID, err)
+		return tenantlock.Info{}, redisError(ctx, "view", tenantID, err)
 	}
-	info := Info{TenantID: tenantID}
+	info := tenantlock.Info{TenantID: tenantID}
 	if info.Fence, err = parseFence(fence.Val()); err != nil {
-		return Info{}, fmt.Errorf("tenantlock: view tenant %s: %w", tenantID, err)
+		return tenantlock.Info{}, fmt.Errorf("tenantlock: view tenant %s: %w", tenantID, err)
 	}
 	if get.Err() == nil {
 		fillHeld(&info, get.Val(), pttl.Val())
@@ -242,33 +244,34 @@ func (l *Locker) View(ctx context.Context, tenantID string) (Info, error) {
 // ForceRelease deletes the tenant's lock if the fencing token is still
 // expectedFence (break-glass: the operator saw that token), atomically, and
 // returns the lock as it was. It also moves the fence counter on, so the
-// released holder cannot take the lock back with Reacquire. Returns ErrNotHeld (with the Info) when nobody
-// holds the lock, a *MismatchError (errors.Is ErrFenceMismatch) when the
+// released holder cannot take the lock back with Reacquire. Returns
+// tenantlock.ErrNotHeld (with the Info) when nobody holds the lock, a
+// *tenantlock.MismatchError (errors.Is tenantlock.ErrFenceMismatch) when the
 // lock changed hands, a *RedisError when Redis failed.
-func (l *Locker) ForceRelease(ctx context.Context, tenantID string, expectedFence int64) (Info, error) {
+func (l *Locker) ForceRelease(ctx context.Context, tenantID string, expectedFence int64) (tenantlock.Info, error) {
 	if err := validTenant(tenantID); err != nil {
-		return Info{}, err
+		return tenantlock.Info{}, err
 	}
 	if expectedFence <= 0 {
-		return Info{}, fmt.Errorf("%w: expected fence %d must be positive", ErrInvalid, expectedFence)
+		return tenantlock.Info{}, fmt.Errorf("%w: expected fence %d must be positive", tenantlock.ErrInvalid, expectedFence)
 	}
 	if l.local != nil {
 		return l.local.forceRelease(tenantID, expectedFence)
 	}
 	code, value, ttl, fence, err := runForceRelease(ctx, l.client, l.lockKey(tenantID), l.fenceKey(tenantID), expectedFence)
 	if err != nil {
-		return Info{}, redisError(ctx, "force-release", tenantID, err)
+		return tenantlock.Info{}, redisError(ctx, "force-release", tenantID, err)
 	}
-	info := Info{TenantID: tenantID}
+	info := tenantlock.Info{TenantID: tenantID}
 	if info.Fence, err = parseFence(fence); err != nil {
-		return Info{}, fmt.Errorf("tenantlock: force-release tenant %s: %w", tenantID, err)
+		return tenantlock.Info{}, fmt.Errorf("tenantlock: force-release tenant %s: %w", tenantID, err)
 	}
 	if code == forceNotHeld {
-		return info, fmt.Errorf("tenantlock: force-release tenant %s: %w", tenantID, ErrNotHeld)
+		return info, fmt.Errorf("tenantlock: force-release tenant %s: %w", tenantID, tenantlock.ErrNotHeld)
 	}
 	fillHeld(&info, value, ttl)
 	if code == forceMismatch {
-		return info, &MismatchError{Expected: expectedFence, Current: info}
+		return info, &tenantlock.MismatchError{Expected: expectedFence, Current: info}
 	}
 	return info, nil
 }
@@ -286,32 +289,32 @@ func (l *Locker) ForceRelease(ctx context.Context, tenantID string, expectedFenc
 // and its Release and Forget do nothing (calling them is safe; release the
 // new Lease instead). The old lease's Lost and Err keep what they said.
 //
-// Returns a *RefusedError (errors.Is ErrLeaseRefused and ErrLeaseLost), with
-// the lock as found in Current, when the lock holds another value or the
-// counter moved (another holder took a token, even if it is gone again); at
-// once, without a round trip, when an extension of the lease was refused
-// before (the lock was deleted or overwritten: a force-release must not be
-// undone), when the lease was released, or when it was re-acquired already.
-// A failed or timed-out call is a *RedisError (Unavailable when Redis was
-// unreachable or too slow; try again later); the call is bounded like
+// Returns a *tenantlock.RefusedError (errors.Is tenantlock.ErrLeaseRefused and
+// tenantlock.ErrLeaseLost), with the lock as found in Current, when the lock
+// holds another value or the counter moved (another holder took a token, even if
+// it is gone again); at once, without a round trip, when an extension of the
+// lease was refused before (the lock was deleted or overwritten: a force-release
+// must not be undone), when the lease was released, or when it was re-acquired
+// already. A failed or timed-out call is a *RedisError (Unavailable when Redis
+// was unreachable or too slow; try again later); the call is bounded like
 // Acquire's SET NX. A nil lease or one of the other kind of Locker (Redis or
-// in-process) is an error matching ErrInvalid.
+// in-process) is an error matching tenantlock.ErrInvalid.
 //
 // Do not re-acquire a lease whose lock the task's last write deleted
 // (task.Write.ReleaseLock): it would take the lock again.
 func (l *Locker) Reacquire(ctx context.Context, lease *Lease) (*Lease, error) {
 	if lease == nil {
-		return nil, fmt.Errorf("%w: reacquire: nil lease", ErrInvalid)
+		return nil, fmt.Errorf("%w: reacquire: nil lease", tenantlock.ErrInvalid)
 	}
 	if lease.Local() != (l.local != nil) {
-		return nil, fmt.Errorf("%w: reacquire tenant %s: the lease comes from another kind of Locker (in-process or Redis)", ErrInvalid, lease.tenantID)
+		return nil, fmt.Errorf("%w: reacquire tenant %s: the lease comes from another kind of Locker (in-process or Redis)", tenantlock.ErrInvalid, lease.tenantID)
 	}
 	lease.relMu.Lock()
 	defer lease.relMu.Unlock()
 	refuse := func(reason string) error {
-		return &RefusedError{TenantID: lease.tenantID, Fence: lease.fence, Reason: reason}
+		return &tenantlock.RefusedError{TenantID: lease.tenantID, Fence: lease.fence, Reason: reason}
 	}
-	var before *RefusedError
+	var before *tenantlock.RefusedError
 	switch {
 	case lease.replaced.Load():
 		return nil, refuse("the lease was re-acquired already: use the Lease that Reacquire returned")
@@ -350,7 +353,7 @@ func (l *Locker) reacquire(ctx context.Context, old *Lease) (*Lease, error) {
 	}
 	now := time.Now()
 	if code == reacquireRefused {
-		info := Info{TenantID: tenantID}
+		info := tenantlock.Info{TenantID: tenantID}
 		if info.Fence, err = parseFence(fence); err != nil {
 			return nil, fmt.Errorf("tenantlock: reacquire tenant %s: %w", tenantID, err)
 		}
@@ -360,7 +363,7 @@ func (l *Locker) reacquire(ctx context.Context, old *Lease) (*Lease, error) {
 		} else {
 			reason = fmt.Sprintf("the lock is free but its fence counter is %d: another holder took the tenant since", info.Fence)
 		}
-		return nil, &RefusedError{TenantID: tenantID, Fence: old.fence, Reason: reason, Current: info}
+		return nil, &tenantlock.RefusedError{TenantID: tenantID, Fence: old.fence, Reason: reason, Current: info}
 	}
 	// As redsync computes Until: from when the call was sent, less the
 	// drift allowance.
@@ -374,7 +377,7 @@ func (l *Locker) reacquire(ctx context.Context, old *Lease) (*Lease, error) {
 	return newLease(tenantID, old.holder, old.value, old.fence, until, l.renewEvery, b, l.onRenew), nil
 }
 
-func fillHeld(info *Info, value string, ttl time.Duration) {
+func fillHeld(info *tenantlock.Info, value string, ttl time.Duration) {
 	info.Held = true
 	info.Value = value
 	if h, ok := decodeValue(value); ok {
@@ -400,7 +403,7 @@ func parseFence(s string) (int64, error) {
 // acquisition's value unique, so a holder's compare-and-delete never matches
 // a later holder's lock.
 type lockValue struct {
-	Holder
+	tenantlock.Holder
 	Nonce string `json:"nonce"`
 }
 
@@ -420,7 +423,7 @@ const (
 // unique per acquisition, not secret — anyone who can read the lock key
 // can read the value. Holder fields that pass validHolder need no JSON
 // escaping; any other holder goes through encoding/json.
-func encodeValue(h Holder) string {
+func encodeValue(h tenantlock.Holder) string {
 	var nonce [32]byte
 	const hexDigits = "0123456789abcdef"
 	for i, r := range [2]uint64{rand.Uint64(), rand.Uint64()} {
@@ -455,7 +458,7 @@ func encodeValue(h Holder) string {
 // other (foreign) value. Values in encodeValue's exact layout are read
 // without encoding/json; anything else goes through json.Unmarshal, so the
 // result is the same as json.Unmarshal's either way.
-func decodeValue(s string) (Holder, bool) {
+func decodeValue(s string) (tenantlock.Holder, bool) {
 	if h, nonce, ok := splitValue(s); ok {
 		if nonce != "" && validHolder(h) == nil && plainJSON(nonce) {
 			return h, true
@@ -463,31 +466,31 @@ func decodeValue(s string) (Holder, bool) {
 	}
 	var v lockValue
 	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		return Holder{}, false
+		return tenantlock.Holder{}, false
 	}
 	if v.Nonce == "" || validHolder(v.Holder) != nil {
-		return Holder{}, false
+		return tenantlock.Holder{}, false
 	}
 	return v.Holder, true
 }
 
 // splitValue cuts s along encodeValue's layout; ok is false when s is laid
 // out otherwise. The parts are not checked.
-func splitValue(s string) (h Holder, nonce string, ok bool) {
+func splitValue(s string) (h tenantlock.Holder, nonce string, ok bool) {
 	rest, ok := strings.CutPrefix(s, valuePlan)
 	if !ok {
-		return Holder{}, "", false
+		return tenantlock.Holder{}, "", false
 	}
 	for _, f := range []struct {
 		field *string
 		next  string
 	}{{&h.PlanID, valueTask}, {&h.TaskID, valueOwner}, {&h.Instance, valueNonce}} {
 		if *f.field, rest, ok = strings.Cut(rest, f.next); !ok {
-			return Holder{}, "", false
+			return tenantlock.Holder{}, "", false
 		}
 	}
 	if nonce, ok = strings.CutSuffix(rest, valueEnd); !ok {
-		return Holder{}, "", false
+		return tenantlock.Holder{}, "", false
 	}
 	return h, nonce, true
 }
@@ -504,7 +507,7 @@ func plainJSON(s string) bool {
 }
 
 // idPattern is the tenant id allowlist (DESIGN §4), kept here so that
-// tenantlock does not import the domain packages; holder fields follow it
+// this package does not import the domain packages; holder fields follow it
 // too. It keeps braces, colons, glob characters, whitespace and control
 // characters out of keys, lock values and log lines. validID checks it.
 const idPattern = `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
@@ -536,12 +539,12 @@ func validID(id string) bool {
 
 func validTenant(id string) error {
 	if !validID(id) {
-		return fmt.Errorf("%w: tenant id %s must match %s", ErrInvalid, quote(id), idPattern)
+		return fmt.Errorf("%w: tenant id %s must match %s", tenantlock.ErrInvalid, quote(id), idPattern)
 	}
 	return nil
 }
 
-func validHolder(h Holder) error {
+func validHolder(h tenantlock.Holder) error {
 	switch {
 	case !validID(h.PlanID):
 		return invalidHolder("plan id", h.PlanID)
@@ -554,7 +557,7 @@ func validHolder(h Holder) error {
 }
 
 func invalidHolder(name, v string) error {
-	return fmt.Errorf("%w: holder %s %s must match %s", ErrInvalid, name, quote(v), idPattern)
+	return fmt.Errorf("%w: holder %s %s must match %s", tenantlock.ErrInvalid, name, quote(v), idPattern)
 }
 
 // quote quotes s for an error message, escaping control characters and

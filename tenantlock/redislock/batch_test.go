@@ -1,4 +1,4 @@
-package tenantlock
+package redislock
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/tenantlock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -82,7 +83,7 @@ func setupMode(t *testing.T, b redistest.Backend, unbatched bool, cfg Config) *t
 	cfg.Unbatched = unbatched
 	tb := setup(t, b, cfg)
 	warm := tb.acquire(t, "warm-up", holder("task-0"))
-	if _, err := tb.locker.Acquire(context.Background(), "warm-up", holder("task-0")); !errors.Is(err, ErrLocked) {
+	if _, err := tb.locker.Acquire(context.Background(), "warm-up", holder("task-0")); !errors.Is(err, tenantlock.ErrLocked) {
 		t.Fatalf("warm-up: Acquire of a held lock: %v", err)
 	}
 	if err := warm.Release(context.Background()); err != nil {
@@ -110,9 +111,9 @@ func TestAcquireRoundTrips(t *testing.T) {
 						var err error
 						before := tb.counter.Commands()
 						n := tb.counter.Count(func() { _, err = tb.locker.Acquire(context.Background(), "acme", holder("task-2")) })
-						var le *LockedError
+						var le *tenantlock.LockedError
 						if !errors.As(err, &le) || le.Fence != first.Fence() || le.Value != first.Value() {
-							t.Fatalf("Acquire of a held lock: err = %v, want a *LockedError naming the holder", err)
+							t.Fatalf("Acquire of a held lock: err = %v, want a *tenantlock.LockedError naming the holder", err)
 						}
 						// SET NX script; MULTI, GET, PTTL, GET, EXEC.
 						if cmds := tb.counter.Commands() - before; n != 2 || cmds != 1+5 {
@@ -137,7 +138,7 @@ func TestAcquireRoundTrips(t *testing.T) {
 					var err error
 					n := tb.counter.Count(func() { _, err = tb.locker.Acquire(context.Background(), "acme", holder("task-1")) })
 					var re *RedisError
-					if !errors.As(err, &re) || errors.Is(err, ErrLocked) {
+					if !errors.As(err, &re) || errors.Is(err, tenantlock.ErrLocked) {
 						t.Fatalf("Acquire with its answer lost: err = %v, want a *RedisError", err)
 					}
 					if n != 2 {
@@ -225,7 +226,7 @@ func TestBatch(t *testing.T) {
 						if tenants[i] == "shared" {
 							won++
 						}
-					case tenants[i] == "shared" && errors.Is(errs[i], ErrLocked):
+					case tenants[i] == "shared" && errors.Is(errs[i], tenantlock.ErrLocked):
 						refused++
 					default:
 						t.Errorf("Acquire(%s): %v", tenants[i], errs[i])

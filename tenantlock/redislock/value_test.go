@@ -1,10 +1,12 @@
-package tenantlock
+package redislock
 
 import (
 	"encoding/json"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/deploycoord/deploycoord/tenantlock"
 )
 
 // idRe is the allowlist as a regexp: validID must agree with it.
@@ -39,7 +41,7 @@ func FuzzValidID(f *testing.F) {
 
 func TestEncodeValue(t *testing.T) {
 	t.Parallel()
-	holders := []Holder{
+	holders := []tenantlock.Holder{
 		holder("task-1"),
 		{PlanID: "p", TaskID: "t", Instance: "i"},
 		{PlanID: strings.Repeat("P", 128), TaskID: "a.b_c-d", Instance: "coord-01.example"},
@@ -73,13 +75,13 @@ func TestEncodeValue(t *testing.T) {
 }
 
 // decodeJSON is decodeValue without its fast path.
-func decodeJSON(s string) (Holder, bool) {
+func decodeJSON(s string) (tenantlock.Holder, bool) {
 	var v lockValue
 	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		return Holder{}, false
+		return tenantlock.Holder{}, false
 	}
 	if v.Nonce == "" || validHolder(v.Holder) != nil {
-		return Holder{}, false
+		return tenantlock.Holder{}, false
 	}
 	return v.Holder, true
 }

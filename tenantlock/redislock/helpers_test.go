@@ -1,4 +1,4 @@
-package tenantlock
+package redislock
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/tenantlock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -88,13 +89,13 @@ func (tb *testBundle) keys(t *testing.T) []string {
 	return ks
 }
 
-func holder(task string) Holder {
-	return Holder{PlanID: "plan-01", TaskID: task, Instance: "coord-a"}
+func holder(task string) tenantlock.Holder {
+	return tenantlock.Holder{PlanID: "plan-01", TaskID: task, Instance: "coord-a"}
 }
 
 // acquire takes the tenant's lock or fails the test. When the test ends it
 // forgets the lease and checks that its renewer goroutine exits.
-func (tb *testBundle) acquire(t *testing.T, tenant string, h Holder) *Lease {
+func (tb *testBundle) acquire(t *testing.T, tenant string, h tenantlock.Holder) *Lease {
 	t.Helper()
 	l, err := tb.locker.Acquire(context.Background(), tenant, h)
 	if err != nil {

@@ -1,4 +1,4 @@
-package tenantlock
+package redislock
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/deploycoord/deploycoord/tenantlock"
 )
 
 // errRefused is what a backend returns when the lock no longer holds the
@@ -48,7 +50,7 @@ type backend interface {
 // taken back by Locker.Reacquire.
 type Lease struct {
 	tenantID   string
-	holder     Holder
+	holder     tenantlock.Holder
 	value      string
 	fence      int64
 	renewEvery time.Duration
@@ -97,7 +99,7 @@ type lostHook struct {
 	cancel context.CancelCauseFunc
 }
 
-func newLease(tenantID string, h Holder, value string, fence int64, until time.Time, renewEvery time.Duration, b backend, onRenew func(bool)) *Lease {
+func newLease(tenantID string, h tenantlock.Holder, value string, fence int64, until time.Time, renewEvery time.Duration, b backend, onRenew func(bool)) *Lease {
 	l := &Lease{
 		tenantID:   tenantID,
 		holder:     h,
@@ -118,7 +120,7 @@ func newLease(tenantID string, h Holder, value string, fence int64, until time.T
 func (l *Lease) TenantID() string { return l.tenantID }
 
 // Holder returns who holds the lease.
-func (l *Lease) Holder() Holder { return l.holder }
+func (l *Lease) Holder() tenantlock.Holder { return l.holder }
 
 // Value returns the lock value; fenced writes check it in Redis.
 func (l *Lease) Value() string { return l.value }
@@ -145,25 +147,25 @@ func (l *Lease) Local() bool {
 	return ok
 }
 
-// Refused reports whether the lease was lost because an extension was
-// refused — the lock was deleted (force-released) or holds another value —
-// rather than because its deadline passed without an answer. Err then
-// matches ErrLeaseRefused too. It is false while the lease is not lost.
-func (l *Lease) Refused() bool { return errors.Is(l.Err(), ErrLeaseRefused) }
+// Refused reports whether the lease was lost because an extension was refused —
+// the lock was deleted (force-released) or holds another value — rather than
+// because its deadline passed without an answer. Err then matches
+// tenantlock.ErrLeaseRefused too. It is false while the lease is not lost.
+func (l *Lease) Refused() bool { return errors.Is(l.Err(), tenantlock.ErrLeaseRefused) }
 
-// Check returns nil while the lease is valid for at least margin more, else
-// an error matching ErrLeaseLost. After Release or Forget it returns an error
-// too: the lease is not held any more.
+// Check returns nil while the lease is valid for at least margin more, else an
+// error matching tenantlock.ErrLeaseLost. After Release or Forget it returns an
+// error too: the lease is not held any more.
 func (l *Lease) Check(margin time.Duration) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
 	if l.stopped.Load() {
-		return fmt.Errorf("%w: tenant %s: lease released", ErrLeaseLost, l.tenantID)
+		return fmt.Errorf("%w: tenant %s: lease released", tenantlock.ErrLeaseLost, l.tenantID)
 	}
 	if dl := l.Deadline(); !time.Now().Add(margin).Before(dl) {
 		return fmt.Errorf("%w: tenant %s: lease ends at %s, within the %s margin",
-			ErrLeaseLost, l.tenantID, dl.Format(time.RFC3339Nano), margin)
+			tenantlock.ErrLeaseLost, l.tenantID, dl.Format(time.RFC3339Nano), margin)
 	}
 	return nil
 }
@@ -185,12 +187,12 @@ func (l *Lease) Lost() <-chan struct{} {
 
 // Context returns a copy of parent that is cancelled, with Err as its cause
 // (context.Cause), the moment the lease is lost: when its renewer finds an
-// extension refused (the cause matches ErrLeaseRefused and ErrLeaseLost) or
-// the deadline passed with no extension confirmed (ErrLeaseLost only). If
-// the lease is lost already, the context is returned cancelled. No
-// goroutine is started: the lease's renewer, which notices the loss,
-// cancels the context itself (a parent of a context type of its own still
-// costs the goroutine context.WithCancelCause starts to watch it).
+// extension refused (the cause matches tenantlock.ErrLeaseRefused and
+// tenantlock.ErrLeaseLost) or the deadline passed with no extension confirmed
+// (tenantlock.ErrLeaseLost only). If the lease is lost already, the context is
+// returned cancelled. No goroutine is started: the lease's renewer, which
+// notices the loss, cancels the context itself (a parent of a context type of
+// its own still costs the goroutine context.WithCancelCause starts to watch it).
 //
 // Release, Forget and a Locker.Reacquire that replaces the lease are not
 // losses: they leave the context alone (call Context again on the Lease
@@ -231,8 +233,8 @@ func (l *Lease) unhook(h *lostHook) {
 }
 
 // Err returns why the lease was lost, nil before: an error matching
-// ErrLeaseLost, and also ErrLeaseRefused (a *RefusedError) when an
-// extension was refused.
+// tenantlock.ErrLeaseLost, and also tenantlock.ErrLeaseRefused (a
+// *tenantlock.RefusedError) when an extension was refused.
 func (l *Lease) Err() error {
 	if p := l.err.Load(); p != nil {
 		return *p
@@ -241,13 +243,13 @@ func (l *Lease) Err() error {
 }
 
 // Release stops renewal and deletes the lock if it still holds Value
-// (compare-and-delete). It returns nil when the lock is deleted or already
-// gone (expired, or deleted by the task's last write), an error matching
-// ErrLeaseLost when the lock holds another holder's value (it is left in
-// place), and a *RedisError when Redis failed; Release may be called again
-// then. Once it returned nil, after Forget, and after Locker.Reacquire
-// replaced the lease, it does nothing (the new Lease holds the same value:
-// release that one).
+// (compare-and-delete). It returns nil when the lock is deleted or already gone
+// (expired, or deleted by the task's last write), an error matching
+// tenantlock.ErrLeaseLost when the lock holds another holder's value (it is left
+// in place), and a *RedisError when Redis failed; Release may be called again
+// then. Once it returned nil, after Forget, and after Locker.Reacquire replaced
+// the lease, it does nothing (the new Lease holds the same value: release that
+// one).
 func (l *Lease) Release(ctx context.Context) error {
 	l.halt()
 	l.relMu.Lock()
@@ -266,7 +268,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if errors.Is(err, errRefused) {
 		l.deleted.Store(true)
 		l.released.Store(true)
-		return fmt.Errorf("tenantlock: release tenant %s: %w: the lock holds another holder's value, left in place", l.tenantID, ErrLeaseLost)
+		return fmt.Errorf("tenantlock: release tenant %s: %w: the lock holds another holder's value, left in place", l.tenantID, tenantlock.ErrLeaseLost)
 	}
 	if err != nil {
 		return err
@@ -366,7 +368,7 @@ func (l *Lease) renew(ctx context.Context) {
 			if lastErr != nil {
 				cause += " (last error: " + lastErr.Error() + ")"
 			}
-			l.lose(fmt.Errorf("%w: tenant %s: %s", ErrLeaseLost, l.tenantID, cause))
+			l.lose(fmt.Errorf("%w: tenant %s: %s", tenantlock.ErrLeaseLost, l.tenantID, cause))
 			return
 		}
 		// An attempt ends by the deadline: a confirmation after it is
@@ -388,7 +390,7 @@ func (l *Lease) renew(ctx context.Context) {
 			l.times.Store(&leaseTimes{deadline: until, confirmed: time.Now()})
 			lastErr = nil
 		case errors.Is(err, errRefused):
-			l.lose(&RefusedError{TenantID: l.tenantID, Fence: l.fence, Reason: err.Error()})
+			l.lose(&tenantlock.RefusedError{TenantID: l.tenantID, Fence: l.fence, Reason: err.Error()})
 			return
 		default:
 			// An attempt cut short by the lease's deadline says less than

@@ -1,4 +1,4 @@
-package tenantlock
+package redislock
 
 import (
 	"context"

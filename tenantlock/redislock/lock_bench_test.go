@@ -1,4 +1,4 @@
-package tenantlock_test
+package redislock_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/deploycoord/deploycoord/internal/redistest"
 	"github.com/deploycoord/deploycoord/tenantlock"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // Benchmarks of the lock's hot path on a throwaway redis-server of their
@@ -22,15 +23,15 @@ import (
 // getrusage). TENANTLOCK_BENCH_UNBATCHED=1 runs them with Config.Unbatched.
 // Compare runs with benchstat:
 //
-//	go test ./tenantlock/ -run XXX -bench . -count 6 > old.txt
+//	go test ./tenantlock/redislock/ -run XXX -bench . -count 6 > old.txt
 
-func newBenchLocker(b *testing.B) (*tenantlock.Locker, *redistest.Counter, func() time.Duration) {
+func newBenchLocker(b *testing.B) (*redislock.Locker, *redistest.Counter, func() time.Duration) {
 	b.Helper()
 	srv := redistest.StartServer(b)
 	c := srv.Client()
 	counter := &redistest.Counter{}
 	c.AddHook(counter)
-	l, err := tenantlock.New(c, tenantlock.Config{
+	l, err := redislock.New(c, redislock.Config{
 		Unbatched: os.Getenv("TENANTLOCK_BENCH_UNBATCHED") != "",
 		LockKey:   func(t string) string { return "bench:lock:tenant:{" + t + "}" },
 		FenceKey:  func(t string) string { return "bench:fence:tenant:{" + t + "}" },
@@ -155,7 +156,7 @@ func benchAcquireParallel(b *testing.B, parallelism int) {
 }
 
 // BenchmarkAcquireLocked is a refused acquisition: the lock is held, so
-// Acquire reads the holder (View) and returns a *LockedError.
+// Acquire reads the holder (View) and returns a *tenantlock.LockedError.
 func BenchmarkAcquireLocked(b *testing.B) {
 	l, counter, redisCPU := newBenchLocker(b)
 	ctx := context.Background()

@@ -1,4 +1,4 @@
-package tenantlock
+package redislock
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/tenantlock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -70,7 +71,7 @@ func TestLeaseLost(t *testing.T) {
 				{"LockDeleted", func(tb *testBundle, key string) { tb.client.Del(context.Background(), key) }, "", nil},
 				{"LockOverwritten", func(tb *testBundle, key string) {
 					tb.client.Set(context.Background(), key, "other holder", 0)
-				}, "other holder", ErrLeaseLost},
+				}, "other holder", tenantlock.ErrLeaseLost},
 			}
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
@@ -82,17 +83,17 @@ func TestLeaseLost(t *testing.T) {
 					if !lostAt.Before(l.Deadline()) {
 						t.Errorf("lost at %s, not before the deadline %s: the refusal was not noticed", lostAt, l.Deadline())
 					}
-					var re *RefusedError
-					if !errors.Is(l.Err(), ErrLeaseLost) || !errors.Is(l.Err(), ErrLeaseRefused) || !errors.As(l.Err(), &re) {
-						t.Errorf("Err = %v, want a *RefusedError matching ErrLeaseLost and ErrLeaseRefused", l.Err())
+					var re *tenantlock.RefusedError
+					if !errors.Is(l.Err(), tenantlock.ErrLeaseLost) || !errors.Is(l.Err(), tenantlock.ErrLeaseRefused) || !errors.As(l.Err(), &re) {
+						t.Errorf("Err = %v, want a *tenantlock.RefusedError matching tenantlock.ErrLeaseLost and tenantlock.ErrLeaseRefused", l.Err())
 					} else if re.TenantID != "acme" || re.Fence != l.Fence() {
 						t.Errorf("RefusedError names tenant %s, fence %d; want acme, %d", re.TenantID, re.Fence, l.Fence())
 					}
 					if !l.Refused() {
 						t.Errorf("Refused = false after a refused extension")
 					}
-					if err := l.Check(0); !errors.Is(err, ErrLeaseLost) || !errors.Is(err, ErrLeaseRefused) {
-						t.Errorf("Check after loss = %v, want ErrLeaseLost and ErrLeaseRefused", err)
+					if err := l.Check(0); !errors.Is(err, tenantlock.ErrLeaseLost) || !errors.Is(err, tenantlock.ErrLeaseRefused) {
+						t.Errorf("Check after loss = %v, want tenantlock.ErrLeaseLost and tenantlock.ErrLeaseRefused", err)
 					}
 					waitDone(t, l, time.Second)
 					err := l.Release(context.Background())
@@ -124,8 +125,8 @@ func TestLeaseRelease(t *testing.T) {
 				if got := tb.get(t, tb.lockKey("acme")); got != "" {
 					t.Errorf("lock key holds %q after Release", got)
 				}
-				if err := l.Check(0); !errors.Is(err, ErrLeaseLost) {
-					t.Errorf("Check after Release = %v, want ErrLeaseLost", err)
+				if err := l.Check(0); !errors.Is(err, tenantlock.ErrLeaseLost) {
+					t.Errorf("Check after Release = %v, want tenantlock.ErrLeaseLost", err)
 				}
 				if l.Err() != nil {
 					t.Errorf("Err after Release = %v, want nil (released, not lost)", l.Err())
@@ -177,8 +178,8 @@ func TestLeaseRelease(t *testing.T) {
 				l := tb.acquire(t, "acme", holder("task-1"))
 				tb.client.Del(context.Background(), tb.lockKey("acme"))
 				other := tb.acquire(t, "acme", holder("task-2"))
-				if err := l.Release(context.Background()); !errors.Is(err, ErrLeaseLost) {
-					t.Errorf("Release with another holder's lock in place: err = %v, want ErrLeaseLost", err)
+				if err := l.Release(context.Background()); !errors.Is(err, tenantlock.ErrLeaseLost) {
+					t.Errorf("Release with another holder's lock in place: err = %v, want tenantlock.ErrLeaseLost", err)
 				}
 				if got := tb.get(t, tb.lockKey("acme")); got != other.Value() {
 					t.Errorf("lock key holds %q, want the other holder's value left in place", got)
@@ -222,8 +223,8 @@ func TestLeaseForget(t *testing.T) {
 			if got := tb.get(t, tb.lockKey("acme")); got != l.Value() {
 				t.Errorf("lock key holds %q after Forget, want it untouched", got)
 			}
-			if err := l.Check(0); !errors.Is(err, ErrLeaseLost) {
-				t.Errorf("Check after Forget = %v, want ErrLeaseLost", err)
+			if err := l.Check(0); !errors.Is(err, tenantlock.ErrLeaseLost) {
+				t.Errorf("Check after Forget = %v, want tenantlock.ErrLeaseLost", err)
 			}
 			select {
 			case <-l.Lost():
@@ -249,10 +250,10 @@ func TestLeaseRedisErrors(t *testing.T) {
 		if lostAt.Before(l.Deadline()) {
 			t.Errorf("lost at %s, before the deadline %s", lostAt.Format(time.StampMilli), l.Deadline().Format(time.StampMilli))
 		}
-		if err := l.Err(); !errors.Is(err, ErrLeaseLost) || !strings.Contains(err.Error(), "injected failure") {
-			t.Errorf("Err = %v, want ErrLeaseLost naming the last failure", err)
+		if err := l.Err(); !errors.Is(err, tenantlock.ErrLeaseLost) || !strings.Contains(err.Error(), "injected failure") {
+			t.Errorf("Err = %v, want tenantlock.ErrLeaseLost naming the last failure", err)
 		}
-		if l.Refused() || errors.Is(l.Err(), ErrLeaseRefused) {
+		if l.Refused() || errors.Is(l.Err(), tenantlock.ErrLeaseRefused) {
 			t.Errorf("lease lost by its deadline reported as refused: %v", l.Err())
 		}
 	})
@@ -298,10 +299,10 @@ func TestLeaseStoppedRedis(t *testing.T) {
 	if lostAt.After(l.Deadline().Add(slack)) {
 		t.Errorf("lost at %s, more than %s after the deadline %s", lostAt.Format(time.StampMilli), slack, l.Deadline().Format(time.StampMilli))
 	}
-	if !errors.Is(l.Err(), ErrLeaseLost) {
-		t.Errorf("Err = %v, want ErrLeaseLost", l.Err())
+	if !errors.Is(l.Err(), tenantlock.ErrLeaseLost) {
+		t.Errorf("Err = %v, want tenantlock.ErrLeaseLost", l.Err())
 	}
-	if l.Refused() || errors.Is(l.Err(), ErrLeaseRefused) {
+	if l.Refused() || errors.Is(l.Err(), tenantlock.ErrLeaseRefused) {
 		t.Errorf("lease lost while Redis was stopped reported as refused: %v", l.Err())
 	}
 	if c := l.Confirmed(); !c.Before(stoppedAt) {

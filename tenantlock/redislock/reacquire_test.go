@@ -1,4 +1,4 @@
-package tenantlock
+package redislock
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/tenantlock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,13 +42,13 @@ func reacquireOK(t *testing.T, lk *Locker, l *Lease) *Lease {
 	return next
 }
 
-// refusedAs checks that err is a *RefusedError for l, matching
-// ErrLeaseRefused and ErrLeaseLost, and returns it.
-func refusedAs(t *testing.T, err error, l *Lease) *RefusedError {
+// refusedAs checks that err is a *tenantlock.RefusedError for l, matching
+// tenantlock.ErrLeaseRefused and tenantlock.ErrLeaseLost, and returns it.
+func refusedAs(t *testing.T, err error, l *Lease) *tenantlock.RefusedError {
 	t.Helper()
-	var re *RefusedError
-	if !errors.As(err, &re) || !errors.Is(err, ErrLeaseRefused) || !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("err = %v, want a *RefusedError matching ErrLeaseRefused and ErrLeaseLost", err)
+	var re *tenantlock.RefusedError
+	if !errors.As(err, &re) || !errors.Is(err, tenantlock.ErrLeaseRefused) || !errors.Is(err, tenantlock.ErrLeaseLost) {
+		t.Fatalf("err = %v, want a *tenantlock.RefusedError matching tenantlock.ErrLeaseRefused and tenantlock.ErrLeaseLost", err)
 	}
 	if re.TenantID != l.TenantID() || re.Fence != l.Fence() {
 		t.Errorf("RefusedError names tenant %s, fence %d; want %s, %d", re.TenantID, re.Fence, l.TenantID(), l.Fence())
@@ -143,7 +144,7 @@ func TestReacquire(t *testing.T) {
 				l := tb.acquire(t, "acme", holder("task-1"))
 				l.Forget()
 				tb.client.Del(ctx, tb.lockKey("acme"))
-				other, err := tb.secondLocker(t).Acquire(ctx, "acme", Holder{PlanID: "plan-02", TaskID: "task-2", Instance: "coord-b"})
+				other, err := tb.secondLocker(t).Acquire(ctx, "acme", tenantlock.Holder{PlanID: "plan-02", TaskID: "task-2", Instance: "coord-b"})
 				if err != nil {
 					t.Fatalf("Acquire by another instance: %v", err)
 				}
@@ -185,7 +186,7 @@ func TestReacquire(t *testing.T) {
 				tb.client.Set(ctx, tb.lockKey("acme"), "somebody else", 0)
 				_, err := tb.locker.Reacquire(ctx, l)
 				re := refusedAs(t, err, l)
-				if !re.Current.Held || re.Current.Value != "somebody else" || re.Current.Holder != (Holder{}) || re.Current.Fence != l.Fence() {
+				if !re.Current.Held || re.Current.Value != "somebody else" || re.Current.Holder != (tenantlock.Holder{}) || re.Current.Fence != l.Fence() {
 					t.Errorf("RefusedError.Current = %+v, want the foreign value, fence unchanged", re.Current)
 				}
 				if got := tb.get(t, tb.lockKey("acme")); got != "somebody else" {
@@ -230,8 +231,8 @@ func TestReacquire(t *testing.T) {
 			t.Run("ErrInvalid", func(t *testing.T) {
 				t.Parallel()
 				tb := setup(t, b, Config{Lease: 10 * time.Second})
-				if _, err := tb.locker.Reacquire(ctx, nil); !errors.Is(err, ErrInvalid) {
-					t.Errorf("Reacquire(nil): err = %v, want ErrInvalid", err)
+				if _, err := tb.locker.Reacquire(ctx, nil); !errors.Is(err, tenantlock.ErrInvalid) {
+					t.Errorf("Reacquire(nil): err = %v, want tenantlock.ErrInvalid", err)
 				}
 				ll := newLocal(t, LocalConfig{})
 				l, err := ll.Acquire(ctx, "acme", holder("task-1"))
@@ -239,8 +240,8 @@ func TestReacquire(t *testing.T) {
 					t.Fatalf("local Acquire: %v", err)
 				}
 				watch(t, l)
-				if n := tb.counter.Count(func() { _, err = tb.locker.Reacquire(ctx, l) }); n != 0 || !errors.Is(err, ErrInvalid) {
-					t.Errorf("Reacquire of an in-process lease on Redis: err = %v with %d round trips, want ErrInvalid and none", err, n)
+				if n := tb.counter.Count(func() { _, err = tb.locker.Reacquire(ctx, l) }); n != 0 || !errors.Is(err, tenantlock.ErrInvalid) {
+					t.Errorf("Reacquire of an in-process lease on Redis: err = %v with %d round trips, want tenantlock.ErrInvalid and none", err, n)
 				}
 			})
 		})
@@ -269,8 +270,8 @@ func TestReacquireAfterOutage(t *testing.T) {
 
 	srv.Stop()
 	waitLost(t, l, 5*time.Second)
-	if l.Refused() || errors.Is(l.Err(), ErrLeaseRefused) || !errors.Is(l.Err(), ErrLeaseLost) {
-		t.Errorf("Err = %v, want ErrLeaseLost, not refused", l.Err())
+	if l.Refused() || errors.Is(l.Err(), tenantlock.ErrLeaseRefused) || !errors.Is(l.Err(), tenantlock.ErrLeaseLost) {
+		t.Errorf("Err = %v, want tenantlock.ErrLeaseLost, not refused", l.Err())
 	}
 	if !l.Confirmed().Equal(confirmed) {
 		t.Errorf("last confirmation moved from %s to %s while Redis was stopped", confirmed.Format(time.StampMilli), l.Confirmed().Format(time.StampMilli))
@@ -278,7 +279,7 @@ func TestReacquireAfterOutage(t *testing.T) {
 
 	_, err = tb.locker.Reacquire(ctxTimeout(t, 200*time.Millisecond), l)
 	var u interface{ Unavailable() bool }
-	if !errors.As(err, &u) || !u.Unavailable() || errors.Is(err, ErrLeaseRefused) {
+	if !errors.As(err, &u) || !u.Unavailable() || errors.Is(err, tenantlock.ErrLeaseRefused) {
 		t.Errorf("Reacquire on a stopped Redis: err = %v, want Unavailable, not refused", err)
 	}
 
@@ -319,7 +320,7 @@ func TestForceReleaseBlocksReacquire(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := context.Background()
-			lease, err := l.Acquire(ctx, "t-1", Holder{PlanID: "p", TaskID: "t", Instance: "i"})
+			lease, err := l.Acquire(ctx, "t-1", tenantlock.Holder{PlanID: "p", TaskID: "t", Instance: "i"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -331,10 +332,10 @@ func TestForceReleaseBlocksReacquire(t *testing.T) {
 			if err != nil || info.Held || info.Fence != lease.Fence()+1 {
 				t.Fatalf("after force-release: %+v %v (want free, fence %d)", info, err, lease.Fence()+1)
 			}
-			if _, err := l.Reacquire(ctx, lease); !errors.Is(err, ErrLeaseRefused) {
-				t.Fatalf("reacquire after force-release: %v, want ErrLeaseRefused", err)
+			if _, err := l.Reacquire(ctx, lease); !errors.Is(err, tenantlock.ErrLeaseRefused) {
+				t.Fatalf("reacquire after force-release: %v, want tenantlock.ErrLeaseRefused", err)
 			}
-			next, err := l.Acquire(ctx, "t-1", Holder{PlanID: "p", TaskID: "t2", Instance: "i"})
+			next, err := l.Acquire(ctx, "t-1", tenantlock.Holder{PlanID: "p", TaskID: "t2", Instance: "i"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -353,7 +354,7 @@ func TestLocalForceReleaseBlocksReacquire(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	lease, err := l.Acquire(ctx, "t-1", Holder{PlanID: "p", TaskID: "t", Instance: "i"})
+	lease, err := l.Acquire(ctx, "t-1", tenantlock.Holder{PlanID: "p", TaskID: "t", Instance: "i"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,7 +362,7 @@ func TestLocalForceReleaseBlocksReacquire(t *testing.T) {
 	if _, err := l.ForceRelease(ctx, "t-1", lease.Fence()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Reacquire(ctx, lease); !errors.Is(err, ErrLeaseRefused) {
-		t.Fatalf("reacquire after force-release: %v, want ErrLeaseRefused", err)
+	if _, err := l.Reacquire(ctx, lease); !errors.Is(err, tenantlock.ErrLeaseRefused) {
+		t.Fatalf("reacquire after force-release: %v, want tenantlock.ErrLeaseRefused", err)
 	}
 }

@@ -1,4 +1,4 @@
-package tenantlock
+package redislock
 
 import (
 	"context"
@@ -9,11 +9,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/deploycoord/deploycoord/tenantlock"
 )
 
 // acquireLocal takes the tenant's in-process lock or fails the test, and
 // watches the lease.
-func acquireLocal(t *testing.T, lk *Locker, tenant string, h Holder) *Lease {
+func acquireLocal(t *testing.T, lk *Locker, tenant string, h tenantlock.Holder) *Lease {
 	t.Helper()
 	l, err := lk.Acquire(context.Background(), tenant, h)
 	if err != nil {
@@ -36,8 +38,8 @@ func TestNewLocal(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if _, err := NewLocal(tt.cfg); !errors.Is(err, ErrInvalid) {
-				t.Fatalf("NewLocal: err = %v, want ErrInvalid", err)
+			if _, err := NewLocal(tt.cfg); !errors.Is(err, tenantlock.ErrInvalid) {
+				t.Fatalf("NewLocal: err = %v, want tenantlock.ErrInvalid", err)
 			}
 		})
 	}
@@ -78,8 +80,8 @@ func TestLocalAcquire(t *testing.T) {
 		if err := l.Check(time.Second); err != nil {
 			t.Errorf("Check(1s) on a fresh 10s lease: %v", err)
 		}
-		if err := l.Check(20 * time.Second); !errors.Is(err, ErrLeaseLost) {
-			t.Errorf("Check(20s) on a 10s lease: err = %v, want ErrLeaseLost", err)
+		if err := l.Check(20 * time.Second); !errors.Is(err, tenantlock.ErrLeaseLost) {
+			t.Errorf("Check(20s) on a 10s lease: err = %v, want tenantlock.ErrLeaseLost", err)
 		}
 		info, err := lk.View(ctx, "acme")
 		if err != nil || !info.Held || info.Holder != h || info.Fence != l.Fence() || info.Value != l.Value() ||
@@ -88,9 +90,9 @@ func TestLocalAcquire(t *testing.T) {
 		}
 
 		_, err = lk.Acquire(ctx, "acme", holder("task-2"))
-		var le *LockedError
+		var le *tenantlock.LockedError
 		if !errors.As(err, &le) || le.Holder != h || le.Fence != l.Fence() || le.Value != l.Value() || le.TTL <= 0 {
-			t.Errorf("Acquire of a held lock: err = %v, want a *LockedError naming %+v with fence %d", err, h, l.Fence())
+			t.Errorf("Acquire of a held lock: err = %v, want a *tenantlock.LockedError naming %+v with fence %d", err, h, l.Fence())
 		}
 		other := acquireLocal(t, lk, "other-tenant", holder("task-3"))
 		if other.Value() == l.Value() {
@@ -135,26 +137,26 @@ func TestLocalAcquire(t *testing.T) {
 		t.Parallel()
 		lk := newLocal(t, LocalConfig{})
 		for _, id := range []string{"", "acme}{x", "acme:x", "acme*", "acme x", strings.Repeat("a", 200)} {
-			if _, err := lk.Acquire(ctx, id, holder("task-1")); !errors.Is(err, ErrInvalid) {
-				t.Errorf("Acquire(%q): err = %v, want ErrInvalid", id, err)
+			if _, err := lk.Acquire(ctx, id, holder("task-1")); !errors.Is(err, tenantlock.ErrInvalid) {
+				t.Errorf("Acquire(%q): err = %v, want tenantlock.ErrInvalid", id, err)
 			}
-			if _, err := lk.Acquire(ctx, "acme", Holder{PlanID: "p", TaskID: id, Instance: "i"}); !errors.Is(err, ErrInvalid) {
-				t.Errorf("Acquire with task id %q: err = %v, want ErrInvalid", id, err)
+			if _, err := lk.Acquire(ctx, "acme", tenantlock.Holder{PlanID: "p", TaskID: id, Instance: "i"}); !errors.Is(err, tenantlock.ErrInvalid) {
+				t.Errorf("Acquire with task id %q: err = %v, want tenantlock.ErrInvalid", id, err)
 			}
-			if _, err := lk.View(ctx, id); !errors.Is(err, ErrInvalid) {
-				t.Errorf("View(%q): err = %v, want ErrInvalid", id, err)
+			if _, err := lk.View(ctx, id); !errors.Is(err, tenantlock.ErrInvalid) {
+				t.Errorf("View(%q): err = %v, want tenantlock.ErrInvalid", id, err)
 			}
-			if _, err := lk.ForceRelease(ctx, id, 1); !errors.Is(err, ErrInvalid) {
-				t.Errorf("ForceRelease(%q): err = %v, want ErrInvalid", id, err)
+			if _, err := lk.ForceRelease(ctx, id, 1); !errors.Is(err, tenantlock.ErrInvalid) {
+				t.Errorf("ForceRelease(%q): err = %v, want tenantlock.ErrInvalid", id, err)
 			}
 		}
-		if _, err := lk.ForceRelease(ctx, "acme", 0); !errors.Is(err, ErrInvalid) {
-			t.Errorf("ForceRelease with fence 0: err = %v, want ErrInvalid", err)
+		if _, err := lk.ForceRelease(ctx, "acme", 0); !errors.Is(err, tenantlock.ErrInvalid) {
+			t.Errorf("ForceRelease with fence 0: err = %v, want tenantlock.ErrInvalid", err)
 		}
-		if _, err := lk.Reacquire(ctx, nil); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Reacquire(nil): err = %v, want ErrInvalid", err)
+		if _, err := lk.Reacquire(ctx, nil); !errors.Is(err, tenantlock.ErrInvalid) {
+			t.Errorf("Reacquire(nil): err = %v, want tenantlock.ErrInvalid", err)
 		}
-		if info, err := lk.View(ctx, "never-locked"); err != nil || info != (Info{TenantID: "never-locked"}) {
+		if info, err := lk.View(ctx, "never-locked"); err != nil || info != (tenantlock.Info{TenantID: "never-locked"}) {
 			t.Errorf("View of a never-locked tenant = %+v, %v; want not held, fence 0", info, err)
 		}
 	})
@@ -207,8 +209,8 @@ func TestLocalLease(t *testing.T) {
 		if !l.Confirmed().After(first.Add(300 * time.Millisecond)) {
 			t.Errorf("last confirmation %s not moved on from %s by renewals", l.Confirmed().Format(time.StampMilli), first.Format(time.StampMilli))
 		}
-		if _, err := lk.Acquire(ctx, "acme", holder("task-2")); !errors.Is(err, ErrLocked) {
-			t.Errorf("Acquire of a renewed lock: err = %v, want ErrLocked", err)
+		if _, err := lk.Acquire(ctx, "acme", holder("task-2")); !errors.Is(err, tenantlock.ErrLocked) {
+			t.Errorf("Acquire of a renewed lock: err = %v, want tenantlock.ErrLocked", err)
 		}
 	})
 	t.Run("OKExpiresWithoutRenewal", func(t *testing.T) {
@@ -217,8 +219,8 @@ func TestLocalLease(t *testing.T) {
 		l := acquireLocal(t, lk, "acme", holder("task-1"))
 		l.halt() // the holder stops renewing (paused or crashed) without releasing
 		waitDone(t, l, time.Second)
-		if _, err := lk.Acquire(ctx, "acme", holder("task-2")); !errors.Is(err, ErrLocked) {
-			t.Errorf("Acquire within the lease: err = %v, want ErrLocked", err)
+		if _, err := lk.Acquire(ctx, "acme", holder("task-2")); !errors.Is(err, tenantlock.ErrLocked) {
+			t.Errorf("Acquire within the lease: err = %v, want tenantlock.ErrLocked", err)
 		}
 		time.Sleep(250 * time.Millisecond)
 		if info, _ := lk.View(ctx, "acme"); info.Held || info.Fence != l.Fence() {
@@ -228,8 +230,8 @@ func TestLocalLease(t *testing.T) {
 		if next.Fence() <= l.Fence() {
 			t.Errorf("fence %d after %d, want it to increase", next.Fence(), l.Fence())
 		}
-		if err := l.Release(ctx); !errors.Is(err, ErrLeaseLost) {
-			t.Errorf("Release of the expired lease with another holder in place: err = %v, want ErrLeaseLost", err)
+		if err := l.Release(ctx); !errors.Is(err, tenantlock.ErrLeaseLost) {
+			t.Errorf("Release of the expired lease with another holder in place: err = %v, want tenantlock.ErrLeaseLost", err)
 		}
 		if err := next.Check(0); err != nil {
 			t.Errorf("next lease after the old one's Release: %v", err)
@@ -244,8 +246,8 @@ func TestLocalLease(t *testing.T) {
 			t.Fatalf("ForceRelease = %+v, %v; want the lock as it was", info, err)
 		}
 		waitLost(t, l, 2*time.Second)
-		if !l.Refused() || !errors.Is(l.Err(), ErrLeaseRefused) || !errors.Is(l.Check(0), ErrLeaseLost) {
-			t.Errorf("lease after ForceRelease: refused %v, Err %v; want refused, ErrLeaseLost", l.Refused(), l.Err())
+		if !l.Refused() || !errors.Is(l.Err(), tenantlock.ErrLeaseRefused) || !errors.Is(l.Check(0), tenantlock.ErrLeaseLost) {
+			t.Errorf("lease after ForceRelease: refused %v, Err %v; want refused, tenantlock.ErrLeaseLost", l.Refused(), l.Err())
 		}
 		if info, _ := lk.View(ctx, "acme"); info.Held || info.Fence != l.Fence()+1 {
 			t.Errorf("View after ForceRelease = %+v, want not held, fence moved on to %d", info, l.Fence()+1)
@@ -260,9 +262,9 @@ func TestLocalForceRelease(t *testing.T) {
 	l := acquireLocal(t, lk, "acme", holder("task-1"))
 
 	info, err := lk.ForceRelease(ctx, "acme", l.Fence()-1)
-	var me *MismatchError
+	var me *tenantlock.MismatchError
 	if !errors.As(err, &me) || me.Expected != l.Fence()-1 || me.Current.Fence != l.Fence() || me.Current.Holder != l.Holder() || info != me.Current {
-		t.Errorf("ForceRelease with a stale fence = %+v, %v; want a *MismatchError naming fence %d", info, err, l.Fence())
+		t.Errorf("ForceRelease with a stale fence = %+v, %v; want a *tenantlock.MismatchError naming fence %d", info, err, l.Fence())
 	}
 	if err := l.Check(0); err != nil {
 		t.Errorf("lease after a refused ForceRelease: %v", err)
@@ -272,11 +274,11 @@ func TestLocalForceRelease(t *testing.T) {
 		t.Fatalf("ForceRelease: %v", err)
 	}
 	info, err = lk.ForceRelease(ctx, "acme", l.Fence())
-	if !errors.Is(err, ErrNotHeld) || info.Held || info.Fence != l.Fence()+1 {
-		t.Errorf("ForceRelease of a free lock = %+v, %v; want ErrNotHeld with the counter moved on by the release", info, err)
+	if !errors.Is(err, tenantlock.ErrNotHeld) || info.Held || info.Fence != l.Fence()+1 {
+		t.Errorf("ForceRelease of a free lock = %+v, %v; want tenantlock.ErrNotHeld with the counter moved on by the release", info, err)
 	}
-	if _, err := lk.ForceRelease(ctx, "never-locked", 1); !errors.Is(err, ErrNotHeld) {
-		t.Errorf("ForceRelease of a never-locked tenant: err = %v, want ErrNotHeld", err)
+	if _, err := lk.ForceRelease(ctx, "never-locked", 1); !errors.Is(err, tenantlock.ErrNotHeld) {
+		t.Errorf("ForceRelease of a never-locked tenant: err = %v, want tenantlock.ErrNotHeld", err)
 	}
 }
 
@@ -313,8 +315,8 @@ func TestLocalReacquire(t *testing.T) {
 		if err := next.Check(0); err != nil {
 			t.Errorf("re-acquired lease: %v", err)
 		}
-		if _, err := lk.Reacquire(ctx, l); !errors.Is(err, ErrLeaseRefused) {
-			t.Errorf("second Reacquire of the retired lease: err = %v, want ErrLeaseRefused", err)
+		if _, err := lk.Reacquire(ctx, l); !errors.Is(err, tenantlock.ErrLeaseRefused) {
+			t.Errorf("second Reacquire of the retired lease: err = %v, want tenantlock.ErrLeaseRefused", err)
 		}
 		next.Forget()
 		if info, _ := lk.View(ctx, "acme"); info.Held {
@@ -382,8 +384,8 @@ func TestLocalReacquire(t *testing.T) {
 		t.Parallel()
 		lk := newLocal(t, LocalConfig{})
 		l := &Lease{tenantID: "acme", backend: &redsyncBackend{}}
-		if _, err := lk.Reacquire(ctx, l); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Reacquire of a Redis lease on the in-process locker: err = %v, want ErrInvalid", err)
+		if _, err := lk.Reacquire(ctx, l); !errors.Is(err, tenantlock.ErrInvalid) {
+			t.Errorf("Reacquire of a Redis lease on the in-process locker: err = %v, want tenantlock.ErrInvalid", err)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package tenantlock
+package redislock
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/tenantlock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -34,8 +35,8 @@ func TestNew(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if _, err := New(c, tt.cfg); !errors.Is(err, ErrInvalid) {
-				t.Fatalf("New: err = %v, want ErrInvalid", err)
+			if _, err := New(c, tt.cfg); !errors.Is(err, tenantlock.ErrInvalid) {
+				t.Fatalf("New: err = %v, want tenantlock.ErrInvalid", err)
 			}
 		})
 	}
@@ -89,8 +90,8 @@ func TestAcquire(t *testing.T) {
 				if err := l.Check(time.Second); err != nil {
 					t.Errorf("Check(1s) on a fresh 10s lease: %v", err)
 				}
-				if err := l.Check(20 * time.Second); !errors.Is(err, ErrLeaseLost) {
-					t.Errorf("Check(20s) on a 10s lease: err = %v, want ErrLeaseLost", err)
+				if err := l.Check(20 * time.Second); !errors.Is(err, tenantlock.ErrLeaseLost) {
+					t.Errorf("Check(20s) on a 10s lease: err = %v, want tenantlock.ErrLeaseLost", err)
 				}
 
 				if err := l.Release(ctx); err != nil {
@@ -111,10 +112,10 @@ func TestAcquire(t *testing.T) {
 				t.Parallel()
 				tb := setup(t, b, Config{Lease: 10 * time.Second})
 				first := tb.acquire(t, "acme", holder("task-1"))
-				_, err := tb.secondLocker(t).Acquire(context.Background(), "acme", Holder{PlanID: "plan-02", TaskID: "task-2", Instance: "coord-b"})
-				var le *LockedError
-				if !errors.As(err, &le) || !errors.Is(err, ErrLocked) {
-					t.Fatalf("Acquire of a held lock: err = %v, want a *LockedError matching ErrLocked", err)
+				_, err := tb.secondLocker(t).Acquire(context.Background(), "acme", tenantlock.Holder{PlanID: "plan-02", TaskID: "task-2", Instance: "coord-b"})
+				var le *tenantlock.LockedError
+				if !errors.As(err, &le) || !errors.Is(err, tenantlock.ErrLocked) {
+					t.Fatalf("Acquire of a held lock: err = %v, want a *tenantlock.LockedError matching tenantlock.ErrLocked", err)
 				}
 				if le.TenantID != "acme" || le.Holder != first.Holder() || le.Fence != first.Fence() || le.Value != first.Value() {
 					t.Errorf("LockedError %+v, want tenant acme, holder %+v, fence %d", le, first.Holder(), first.Fence())
@@ -137,11 +138,11 @@ func TestAcquire(t *testing.T) {
 				tb := setup(t, b, Config{Lease: 10 * time.Second})
 				tb.client.Set(context.Background(), tb.lockKey("acme"), "somebody else", 0)
 				_, err := tb.locker.Acquire(context.Background(), "acme", holder("task-1"))
-				var le *LockedError
+				var le *tenantlock.LockedError
 				if !errors.As(err, &le) {
-					t.Fatalf("Acquire of a foreign lock: err = %v, want a *LockedError", err)
+					t.Fatalf("Acquire of a foreign lock: err = %v, want a *tenantlock.LockedError", err)
 				}
-				if le.Holder != (Holder{}) || le.Value != "somebody else" || le.TTL != 0 {
+				if le.Holder != (tenantlock.Holder{}) || le.Value != "somebody else" || le.TTL != 0 {
 					t.Errorf("LockedError %+v, want a zero holder, the raw value and no TTL", le)
 				}
 			})
@@ -208,7 +209,7 @@ func TestFence(t *testing.T) {
 				tb.client.Set(context.Background(), tb.fenceKey("acme"), "seven", 0)
 				_, err := tb.locker.Acquire(context.Background(), "acme", holder("task-1"))
 				var re *RedisError
-				if !errors.As(err, &re) || errors.Is(err, ErrLocked) || re.Unavailable() {
+				if !errors.As(err, &re) || errors.Is(err, tenantlock.ErrLocked) || re.Unavailable() {
 					t.Fatalf("Acquire with a corrupt counter: err = %v, want a *RedisError, not unavailable", err)
 				}
 				if got := tb.get(t, tb.lockKey("acme")); got != "" {
@@ -276,7 +277,7 @@ func TestView(t *testing.T) {
 			ctx := context.Background()
 
 			info, err := tb.locker.View(ctx, "acme")
-			if err != nil || info != (Info{TenantID: "acme"}) {
+			if err != nil || info != (tenantlock.Info{TenantID: "acme"}) {
 				t.Errorf("View of a never-locked tenant = %+v, %v; want not held, fence 0", info, err)
 			}
 
@@ -298,7 +299,7 @@ func TestView(t *testing.T) {
 
 			tb.client.Set(ctx, tb.lockKey("acme"), `{"planId":"x"}`, 0)
 			info, err = tb.locker.View(ctx, "acme")
-			if err != nil || !info.Held || info.Holder != (Holder{}) || info.Value != `{"planId":"x"}` || info.TTL != 0 {
+			if err != nil || !info.Held || info.Holder != (tenantlock.Holder{}) || info.Value != `{"planId":"x"}` || info.TTL != 0 {
 				t.Errorf("View of a foreign value = %+v, %v; want held, zero holder, raw value, no TTL", info, err)
 			}
 		})
@@ -325,8 +326,8 @@ func TestForceRelease(t *testing.T) {
 					t.Errorf("lock key holds %q after ForceRelease", got)
 				}
 				waitLost(t, l, 2*time.Second)
-				if !errors.Is(l.Err(), ErrLeaseLost) || !l.Refused() {
-					t.Errorf("lease Err after ForceRelease = %v, want ErrLeaseLost and refused", l.Err())
+				if !errors.Is(l.Err(), tenantlock.ErrLeaseLost) || !l.Refused() {
+					t.Errorf("lease Err after ForceRelease = %v, want tenantlock.ErrLeaseLost and refused", l.Err())
 				}
 			})
 			t.Run("ErrFenceMismatch", func(t *testing.T) {
@@ -334,9 +335,9 @@ func TestForceRelease(t *testing.T) {
 				tb := setup(t, b, Config{Lease: 10 * time.Second})
 				l := tb.acquire(t, "acme", holder("task-1"))
 				info, err := tb.locker.ForceRelease(context.Background(), "acme", l.Fence()-1)
-				var me *MismatchError
-				if !errors.As(err, &me) || !errors.Is(err, ErrFenceMismatch) {
-					t.Fatalf("ForceRelease with a stale fence: err = %v, want *MismatchError", err)
+				var me *tenantlock.MismatchError
+				if !errors.As(err, &me) || !errors.Is(err, tenantlock.ErrFenceMismatch) {
+					t.Fatalf("ForceRelease with a stale fence: err = %v, want *tenantlock.MismatchError", err)
 				}
 				if me.Expected != l.Fence()-1 || me.Current.Fence != l.Fence() || me.Current.Holder != l.Holder() || info != me.Current {
 					t.Errorf("MismatchError %+v, want expected %d and the current holder with fence %d", me, l.Fence()-1, l.Fence())
@@ -351,15 +352,15 @@ func TestForceRelease(t *testing.T) {
 				l := tb.acquire(t, "acme", holder("task-1"))
 				_ = l.Release(context.Background())
 				info, err := tb.locker.ForceRelease(context.Background(), "acme", l.Fence())
-				if !errors.Is(err, ErrNotHeld) || info.Held || info.Fence != l.Fence() {
-					t.Errorf("ForceRelease of a free lock = %+v, %v; want ErrNotHeld with the last fence", info, err)
+				if !errors.Is(err, tenantlock.ErrNotHeld) || info.Held || info.Fence != l.Fence() {
+					t.Errorf("ForceRelease of a free lock = %+v, %v; want tenantlock.ErrNotHeld with the last fence", info, err)
 				}
 			})
 			t.Run("ErrInvalidFence", func(t *testing.T) {
 				t.Parallel()
 				tb := setup(t, b, Config{Lease: 10 * time.Second})
-				if _, err := tb.locker.ForceRelease(context.Background(), "acme", 0); !errors.Is(err, ErrInvalid) {
-					t.Errorf("ForceRelease with fence 0: err = %v, want ErrInvalid", err)
+				if _, err := tb.locker.ForceRelease(context.Background(), "acme", 0); !errors.Is(err, tenantlock.ErrInvalid) {
+					t.Errorf("ForceRelease with fence 0: err = %v, want tenantlock.ErrInvalid", err)
 				}
 			})
 		})
@@ -390,15 +391,15 @@ func TestInvalidIDs(t *testing.T) {
 				calls := map[string]func() error{
 					"AcquireTenant": func() error { _, err := tb.locker.Acquire(ctx, id, holder("task-1")); return err },
 					"AcquirePlan": func() error {
-						_, err := tb.locker.Acquire(ctx, "acme", Holder{PlanID: id, TaskID: "task-1", Instance: "coord-a"})
+						_, err := tb.locker.Acquire(ctx, "acme", tenantlock.Holder{PlanID: id, TaskID: "task-1", Instance: "coord-a"})
 						return err
 					},
 					"AcquireTask": func() error {
-						_, err := tb.locker.Acquire(ctx, "acme", Holder{PlanID: "plan-1", TaskID: id, Instance: "coord-a"})
+						_, err := tb.locker.Acquire(ctx, "acme", tenantlock.Holder{PlanID: "plan-1", TaskID: id, Instance: "coord-a"})
 						return err
 					},
 					"AcquireInstance": func() error {
-						_, err := tb.locker.Acquire(ctx, "acme", Holder{PlanID: "plan-1", TaskID: "task-1", Instance: id})
+						_, err := tb.locker.Acquire(ctx, "acme", tenantlock.Holder{PlanID: "plan-1", TaskID: "task-1", Instance: id})
 						return err
 					},
 					"View":         func() error { _, err := tb.locker.View(ctx, id); return err },
@@ -409,8 +410,8 @@ func TestInvalidIDs(t *testing.T) {
 					if n := tb.counter.Count(func() { err = f() }); n != 0 {
 						t.Errorf("%s with %s id made %d round trips, want none", call, name, n)
 					}
-					if !errors.Is(err, ErrInvalid) {
-						t.Errorf("%s with %s id %q: err = %v, want ErrInvalid", call, name, id, err)
+					if !errors.Is(err, tenantlock.ErrInvalid) {
+						t.Errorf("%s with %s id %q: err = %v, want tenantlock.ErrInvalid", call, name, id, err)
 					}
 				}
 			}
@@ -439,7 +440,7 @@ func TestUnavailable(t *testing.T) {
 	}}, Config{Lease: 10 * time.Second})
 	held := tb.acquire(t, "held", holder("task-1"))
 	_, err := tb.locker.Acquire(ctxTimeout(t, 5*time.Second), "held", holder("task-2")) // open connections
-	if !errors.Is(err, ErrLocked) {
+	if !errors.Is(err, tenantlock.ErrLocked) {
 		t.Fatalf("Acquire of a held lock: %v", err)
 	}
 	held.Forget()
@@ -463,8 +464,8 @@ func TestUnavailable(t *testing.T) {
 	check := func(t *testing.T, call string, err error, wantUnavailable bool) {
 		t.Helper()
 		var u interface{ Unavailable() bool }
-		if !errors.As(err, &u) || u.Unavailable() != wantUnavailable || errors.Is(err, ErrLocked) {
-			t.Errorf("%s: err = %v, want Unavailable() = %v and not ErrLocked", call, err, wantUnavailable)
+		if !errors.As(err, &u) || u.Unavailable() != wantUnavailable || errors.Is(err, tenantlock.ErrLocked) {
+			t.Errorf("%s: err = %v, want Unavailable() = %v and not tenantlock.ErrLocked", call, err, wantUnavailable)
 		}
 	}
 
@@ -535,9 +536,9 @@ func contend(t *testing.T, lockers []*Locker) {
 			lk := lockers[g%len(lockers)]
 			for i := 0; time.Now().Before(stopAt); i++ {
 				tn := tenants[(g+i)%len(tenants)]
-				h := Holder{PlanID: "plan-1", TaskID: fmt.Sprintf("task-%d-%d", g, i), Instance: fmt.Sprintf("coord-%d", g%len(lockers))}
+				h := tenantlock.Holder{PlanID: "plan-1", TaskID: fmt.Sprintf("task-%d-%d", g, i), Instance: fmt.Sprintf("coord-%d", g%len(lockers))}
 				l, err := lk.Acquire(ctx, tn, h)
-				if errors.Is(err, ErrLocked) {
+				if errors.Is(err, tenantlock.ErrLocked) {
 					refused.Add(1)
 					time.Sleep(time.Millisecond)
 					continue

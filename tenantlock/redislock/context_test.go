@@ -1,4 +1,4 @@
-package tenantlock
+package redislock
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/tenantlock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -63,8 +64,8 @@ func TestLeaseContext(t *testing.T) {
 					t.Errorf("context cancelled at %s, not before the deadline %s: the refusal was not noticed at once", doneAt, l.Deadline())
 				}
 				cause := context.Cause(ctx)
-				if !errors.Is(cause, ErrLeaseRefused) || !errors.Is(cause, ErrLeaseLost) || cause != l.Err() {
-					t.Errorf("cause = %v, want the lease's Err %v (ErrLeaseRefused and ErrLeaseLost)", cause, l.Err())
+				if !errors.Is(cause, tenantlock.ErrLeaseRefused) || !errors.Is(cause, tenantlock.ErrLeaseLost) || cause != l.Err() {
+					t.Errorf("cause = %v, want the lease's Err %v (tenantlock.ErrLeaseRefused and tenantlock.ErrLeaseLost)", cause, l.Err())
 				}
 				if !errors.Is(ctx.Err(), context.Canceled) {
 					t.Errorf("ctx.Err() = %v, want context.Canceled", ctx.Err())
@@ -134,8 +135,8 @@ func TestLeaseContext(t *testing.T) {
 				notDone(t, nctx, "on the re-acquired lease")
 				tb.client.Del(context.Background(), tb.lockKey("acme"))
 				waitCtx(t, nctx, 3*time.Second)
-				if !errors.Is(context.Cause(nctx), ErrLeaseRefused) {
-					t.Errorf("re-acquired lease's context cause = %v, want ErrLeaseRefused", context.Cause(nctx))
+				if !errors.Is(context.Cause(nctx), tenantlock.ErrLeaseRefused) {
+					t.Errorf("re-acquired lease's context cause = %v, want tenantlock.ErrLeaseRefused", context.Cause(nctx))
 				}
 				notDone(t, ctx, "when the lease's successor was lost")
 			})
@@ -171,7 +172,7 @@ func TestLeaseContext(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitCtx(t, ctx, 2*time.Second)
-		if cause := context.Cause(ctx); !errors.Is(cause, ErrLeaseRefused) || cause != l.Err() {
+		if cause := context.Cause(ctx); !errors.Is(cause, tenantlock.ErrLeaseRefused) || cause != l.Err() {
 			t.Errorf("cause = %v, want the lease's Err %v", cause, l.Err())
 		}
 	})
@@ -204,8 +205,8 @@ func TestLeaseContextStoppedRedis(t *testing.T) {
 		t.Errorf("context cancelled at %s, more than %s after the deadline %s", doneAt.Format(time.StampMilli), slack, dl.Format(time.StampMilli))
 	}
 	cause := context.Cause(ctx)
-	if !errors.Is(cause, ErrLeaseLost) || errors.Is(cause, ErrLeaseRefused) || cause != l.Err() {
-		t.Errorf("cause = %v, want the lease's Err %v: ErrLeaseLost, not refused", cause, l.Err())
+	if !errors.Is(cause, tenantlock.ErrLeaseLost) || errors.Is(cause, tenantlock.ErrLeaseRefused) || cause != l.Err() {
+		t.Errorf("cause = %v, want the lease's Err %v: tenantlock.ErrLeaseLost, not refused", cause, l.Err())
 	}
 }
 

@@ -1,10 +1,12 @@
-package tenantlock
+package redislock
 
 import (
 	"context"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/deploycoord/deploycoord/tenantlock"
 )
 
 // LocalConfig configures an in-process Locker (NewLocal). Zero fields take
@@ -30,21 +32,21 @@ type LocalConfig struct {
 // does not touch the locks. A renewal is refused only when the lock was
 // force-released or taken over after it expired. The leases it hands out
 // are Local: fenced writes must carry an empty lock value. Returns an error
-// matching ErrInvalid for a bad lease or renewal period.
+// matching tenantlock.ErrInvalid for a bad lease or renewal period.
 func NewLocal(cfg LocalConfig) (*Locker, error) {
 	lease := cfg.Lease
 	if lease == 0 {
 		lease = LeaseDefault
 	}
 	if lease < LeaseMin {
-		return nil, fmt.Errorf("%w: lease %s is shorter than %s", ErrInvalid, lease, LeaseMin)
+		return nil, fmt.Errorf("%w: lease %s is shorter than %s", tenantlock.ErrInvalid, lease, LeaseMin)
 	}
 	renewEvery := cfg.RenewEvery
 	if renewEvery == 0 {
 		renewEvery = lease / 3
 	}
 	if renewEvery < 0 || renewEvery >= lease {
-		return nil, fmt.Errorf("%w: renewal period %s must be positive and shorter than the lease %s", ErrInvalid, renewEvery, lease)
+		return nil, fmt.Errorf("%w: renewal period %s must be positive and shorter than the lease %s", tenantlock.ErrInvalid, renewEvery, lease)
 	}
 	clock := cfg.Clock
 	if clock == nil {
@@ -94,8 +96,8 @@ func (t *localTable) until(now time.Time) time.Time {
 	return now.Add(t.lease - time.Duration(float64(t.lease)*driftFactor))
 }
 
-func (t *localTable) info(tenantID string, e *localLock, now time.Time) Info {
-	info := Info{TenantID: tenantID}
+func (t *localTable) info(tenantID string, e *localLock, now time.Time) tenantlock.Info {
+	info := tenantlock.Info{TenantID: tenantID}
 	if e == nil {
 		return info
 	}
@@ -106,7 +108,7 @@ func (t *localTable) info(tenantID string, e *localLock, now time.Time) Info {
 	return info
 }
 
-func (t *localTable) acquire(tenantID string, h Holder) (*Lease, error) {
+func (t *localTable) acquire(tenantID string, h tenantlock.Holder) (*Lease, error) {
 	value := encodeValue(h)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -114,7 +116,7 @@ func (t *localTable) acquire(tenantID string, h Holder) (*Lease, error) {
 	e := t.locks[tenantID]
 	if e.held(now) {
 		info := t.info(tenantID, e, now)
-		return nil, &LockedError{TenantID: tenantID, Holder: info.Holder, TTL: info.TTL, Fence: info.Fence, Value: info.Value}
+		return nil, &tenantlock.LockedError{TenantID: tenantID, Holder: info.Holder, TTL: info.TTL, Fence: info.Fence, Value: info.Value}
 	}
 	if e == nil {
 		e = &localLock{}
@@ -127,13 +129,13 @@ func (t *localTable) acquire(tenantID string, h Holder) (*Lease, error) {
 	return newLease(tenantID, h, value, e.fence, t.until(now), t.renewEvery, b, t.onRenew), nil
 }
 
-func (t *localTable) view(tenantID string) Info {
+func (t *localTable) view(tenantID string) tenantlock.Info {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.info(tenantID, t.locks[tenantID], time.Now())
 }
 
-func (t *localTable) forceRelease(tenantID string, expected int64) (Info, error) {
+func (t *localTable) forceRelease(tenantID string, expected int64) (tenantlock.Info, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := time.Now()
@@ -141,9 +143,9 @@ func (t *localTable) forceRelease(tenantID string, expected int64) (Info, error)
 	info := t.info(tenantID, e, now)
 	switch {
 	case !info.Held:
-		return info, fmt.Errorf("tenantlock: force-release tenant %s: %w", tenantID, ErrNotHeld)
+		return info, fmt.Errorf("tenantlock: force-release tenant %s: %w", tenantID, tenantlock.ErrNotHeld)
 	case info.Fence != expected:
-		return info, &MismatchError{Expected: expected, Current: info}
+		return info, &tenantlock.MismatchError{Expected: expected, Current: info}
 	}
 	e.value = ""
 	// As in Redis: the released holder must not be able to re-acquire.
@@ -159,9 +161,9 @@ func (t *localTable) reacquire(old *Lease) (*Lease, error) {
 	info := t.info(old.tenantID, e, now)
 	switch {
 	case info.Held && info.Value != old.value:
-		return nil, &RefusedError{TenantID: old.tenantID, Fence: old.fence, Reason: "the lock holds another value", Current: info}
+		return nil, &tenantlock.RefusedError{TenantID: old.tenantID, Fence: old.fence, Reason: "the lock holds another value", Current: info}
 	case !info.Held && info.Fence != old.fence:
-		return nil, &RefusedError{TenantID: old.tenantID, Fence: old.fence, Current: info,
+		return nil, &tenantlock.RefusedError{TenantID: old.tenantID, Fence: old.fence, Current: info,
 			Reason: fmt.Sprintf("the lock is free but its fence counter is %d: another holder took the tenant since", info.Fence)}
 	}
 	// The lock holds our value, or is free with our fence the last one:
