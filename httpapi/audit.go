@@ -12,6 +12,14 @@ import (
 	"github.com/deploycoord/deploycoord/task"
 )
 
+// RefusalRecorder is what the audit trail calls to put a refused or failed
+// action on the event feed; *facade.Coordinator implements it.
+type RefusalRecorder interface {
+	// RecordRefusal records an operator action that was refused or failed
+	// in the event feed (operator.refused). It never blocks.
+	RecordRefusal(r facade.Refusal)
+}
+
 // auditRequest writes the audit line of a mutating request, or of any
 // request refused with 401, 403 or 429: who (token name and role), what
 // (the route), on what (plan or tenant id), why (the body's reason), from
@@ -41,14 +49,14 @@ func (a *api) auditRequest(r *http.Request, info *requestInfo, route string, sta
 	// requests stay in the log only, so that nobody can flood the bounded
 	// feed.
 	if status >= 400 && info.actor != "" && status != http.StatusUnauthorized && status != http.StatusTooManyRequests &&
-		status != statusClientClosed && a.svc != nil {
+		status != statusClientClosed && a.refusals != nil {
 		// A reason that was refused for what it holds (control characters,
 		// say) goes to the feed quoted, never raw.
 		reason := info.reason
 		if reason != "" && plan.CheckReason(reason) != nil {
 			reason = task.Quote(reason)
 		}
-		a.svc.RecordRefusal(facade.Refusal{
+		a.refusals.RecordRefusal(facade.Refusal{
 			Actor:  a.actor(r),
 			Action: r.Method + " " + route, PlanID: info.planID, TenantID: info.tenantID, Reason: reason,
 			Status: status, Code: info.code,

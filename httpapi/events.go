@@ -54,13 +54,27 @@ const MediaEventStream = "text/event-stream"
 // id of the last event it received.
 const HeaderLastEventID = "Last-Event-ID"
 
+// FeedService is what the event feed and instance routes (/v1/events,
+// /v1/instances) call; *facade.Coordinator implements it. The errors each
+// method returns are the contract of the error table (see Service).
+type FeedService interface {
+	// Events returns up to f.Limit feed events after the cursor f.After,
+	// oldest first, waiting up to wait for one when there is none, and the
+	// cursor to continue from. Returns ErrInvalid, ErrUnavailable (the feed
+	// lives in Redis only).
+	Events(ctx context.Context, f task.FeedFilter, wait time.Duration) ([]task.FeedEvent, string, error)
+	// Instances lists the coordinator instances seen recently, newest
+	// first. Returns ErrUnavailable.
+	Instances(ctx context.Context) ([]facade.InstanceView, error)
+}
+
 // GET /v1/instances
 func (a *api) instances(w http.ResponseWriter, r *http.Request) {
 	if _, err := parseQuery(r); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	vs, err := a.svc.Instances(r.Context())
+	vs, err := a.feed.Instances(r.Context())
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -168,7 +182,7 @@ func (a *api) poll(ctx context.Context, f task.FeedFilter, wait time.Duration) (
 	for left := wait; ; left = time.Until(deadline) {
 		chunk := max(min(left, LongPollChunk), 0)
 		start := time.Now()
-		evs, next, err := a.svc.Events(ctx, f, chunk)
+		evs, next, err := a.feed.Events(ctx, f, chunk)
 		switch {
 		case err != nil, len(evs) > 0, chunk == 0, ctx.Err() != nil, !time.Now().Before(deadline):
 			return evs, next, err
@@ -235,7 +249,7 @@ func (a *api) stream(w http.ResponseWriter, r *http.Request, f task.FeedFilter) 
 	rc := http.NewResponseController(w)
 	// The first read does not wait, so that a refusal or an unreachable
 	// Redis is still answered with a status.
-	evs, next, err := a.svc.Events(ctx, f, 0)
+	evs, next, err := a.feed.Events(ctx, f, 0)
 	if err != nil {
 		a.writeError(w, r, err)
 		return

@@ -12,6 +12,39 @@ import (
 	"github.com/deploycoord/deploycoord/task"
 )
 
+// PlanService is what the plan routes (/v1/plans...) call;
+// *facade.Coordinator implements it. The errors each method returns are the
+// contract of the error table (see Service).
+type PlanService interface {
+	// CreatePlan stores a plan from spec and, unless spec.Start is false,
+	// starts it. Returns ErrInvalid, ErrShuttingDown, ErrUnavailable.
+	CreatePlan(ctx context.Context, spec plan.Spec, a facade.Actor) (facade.PlanView, error)
+	// StartPlan starts a CREATED plan. Returns ErrInvalid, ErrNotFound,
+	// ErrPlanFinished, ErrInvalidState, ErrUnavailable.
+	StartPlan(ctx context.Context, planID, reason string, a facade.Actor) (facade.PlanView, error)
+	// PausePlan pauses a RUNNING plan. Returns ErrInvalid, ErrNotFound,
+	// ErrPlanFinished, ErrInvalidState, ErrUnavailable.
+	PausePlan(ctx context.Context, planID, reason string, a facade.Actor) (facade.PlanView, error)
+	// ResumePlan resumes a PAUSED plan or takes over a RUNNING one. Returns
+	// ErrInvalid, ErrNotFound, ErrPlanFinished, ErrInvalidState,
+	// ErrShuttingDown, ErrUnavailable.
+	ResumePlan(ctx context.Context, planID string, o facade.ResumeOptions, a facade.Actor) (facade.PlanView, error)
+	// CancelPlan cancels a plan. Returns ErrInvalid, ErrNotFound,
+	// ErrPlanFinished, ErrInvalidState, ErrUnavailable.
+	CancelPlan(ctx context.Context, planID, reason string, a facade.Actor) (facade.PlanView, error)
+	// RepairCounts recomputes a plan's counts from its task records.
+	// Returns ErrInvalid, ErrNotFound, ErrUnavailable.
+	RepairCounts(ctx context.Context, planID, reason string, a facade.Actor) (facade.PlanView, error)
+	// Plan returns a plan with its counts. Returns ErrInvalid, ErrNotFound,
+	// ErrUnavailable.
+	Plan(ctx context.Context, planID string) (facade.PlanView, error)
+	// Plans lists plans, newest first. Returns ErrInvalid, ErrUnavailable.
+	Plans(ctx context.Context, f plan.ListFilter) ([]facade.PlanView, string, error)
+	// PlanTasks lists a plan's tasks. Returns ErrInvalid, ErrNotFound,
+	// ErrUnavailable.
+	PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) ([]facade.TaskView, string, error)
+}
+
 // POST /v1/plans
 func (a *api) createPlan(w http.ResponseWriter, r *http.Request) {
 	if _, err := parseQuery(r); err != nil {
@@ -23,7 +56,7 @@ func (a *api) createPlan(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	v, err := a.svc.CreatePlan(r.Context(), spec, a.actor(r))
+	v, err := a.plans.CreatePlan(r.Context(), spec, a.actor(r))
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -55,7 +88,7 @@ func (a *api) listPlans(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	vs, next, err := a.svc.Plans(r.Context(), f)
+	vs, next, err := a.plans.Plans(r.Context(), f)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -75,7 +108,7 @@ func (a *api) getPlan(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	v, err := a.svc.Plan(r.Context(), chi.URLParam(r, paramPlanID))
+	v, err := a.plans.Plan(r.Context(), chi.URLParam(r, paramPlanID))
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -109,7 +142,7 @@ func (a *api) planTasks(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	vs, next, err := a.svc.PlanTasks(r.Context(), chi.URLParam(r, paramPlanID), f)
+	vs, next, err := a.plans.PlanTasks(r.Context(), chi.URLParam(r, paramPlanID), f)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -131,19 +164,23 @@ func (a *api) planAction(w http.ResponseWriter, r *http.Request,
 }
 
 // POST /v1/plans/{planId}/start
-func (a *api) startPlan(w http.ResponseWriter, r *http.Request) { a.planAction(w, r, a.svc.StartPlan) }
+func (a *api) startPlan(w http.ResponseWriter, r *http.Request) {
+	a.planAction(w, r, a.plans.StartPlan)
+}
 
 // POST /v1/plans/{planId}/pause
-func (a *api) pausePlan(w http.ResponseWriter, r *http.Request) { a.planAction(w, r, a.svc.PausePlan) }
+func (a *api) pausePlan(w http.ResponseWriter, r *http.Request) {
+	a.planAction(w, r, a.plans.PausePlan)
+}
 
 // POST /v1/plans/{planId}/cancel
 func (a *api) cancelPlan(w http.ResponseWriter, r *http.Request) {
-	a.planAction(w, r, a.svc.CancelPlan)
+	a.planAction(w, r, a.plans.CancelPlan)
 }
 
 // POST /v1/plans/{planId}/repair-counts
 func (a *api) repairCounts(w http.ResponseWriter, r *http.Request) {
-	a.planAction(w, r, a.svc.RepairCounts)
+	a.planAction(w, r, a.plans.RepairCounts)
 }
 
 // POST /v1/plans/{planId}/resume
@@ -155,7 +192,7 @@ func (a *api) resumePlan(w http.ResponseWriter, r *http.Request) {
 	}
 	noteReason(r, body.Reason)
 	o := facade.ResumeOptions{Reason: body.Reason, IncludeOrphaned: body.IncludeOrphaned}
-	v, err := a.svc.ResumePlan(r.Context(), chi.URLParam(r, paramPlanID), o, a.actor(r))
+	v, err := a.plans.ResumePlan(r.Context(), chi.URLParam(r, paramPlanID), o, a.actor(r))
 	a.answerPlan(w, r, v, err)
 }
 

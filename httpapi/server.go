@@ -147,7 +147,12 @@ type Config struct {
 }
 
 type api struct {
-	svc     Service
+	// The parts of the Service that each group of routes calls.
+	plans    PlanService
+	tenants  TenantService
+	feed     FeedService
+	refusals RefusalRecorder
+
 	cfg     Config
 	log     zerolog.Logger
 	keys    keyring
@@ -201,7 +206,8 @@ func New(svc Service, cfg Config) http.Handler {
 	if cfg.Logger != nil {
 		log = *cfg.Logger
 	}
-	a := &api{svc: svc, cfg: cfg, log: log.With().Str("component", "httpapi").Logger(), keys: keys}
+	a := &api{plans: svc, tenants: svc, feed: svc, refusals: svc,
+		cfg: cfg, log: log.With().Str("component", "httpapi").Logger(), keys: keys}
 	if cfg.RateLimit > 0 {
 		a.limiter = httprate.NewRateLimiter(cfg.RateLimit, cfg.RateWindow,
 			httprate.WithLimitHandler(a.rateLimited),

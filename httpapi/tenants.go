@@ -7,10 +7,60 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/deploycoord/deploycoord/checkpoint"
 	"github.com/deploycoord/deploycoord/facade"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
+	"github.com/deploycoord/deploycoord/tenantlock"
 )
+
+// TenantService is what the tenant and task routes (/v1/tenants...,
+// /v1/tasks/{taskId}) call; *facade.Coordinator implements it. The errors
+// each method returns are the contract of the error table (see Service).
+type TenantService interface {
+	// TaskByTenant returns the tenant's current task. Returns ErrInvalid,
+	// ErrNotFound, ErrUnavailable.
+	TaskByTenant(ctx context.Context, tenantID string) (facade.TaskView, error)
+	// TasksByTenant returns the current tasks of up to 1000 tenants in a
+	// bounded number of round trips; tenants without a task are absent.
+	// Returns ErrInvalid, ErrUnavailable.
+	TasksByTenant(ctx context.Context, tenantIDs []string) (map[string]facade.TaskView, error)
+	// Task returns a task by id. Returns ErrInvalid, ErrNotFound, ErrUnavailable.
+	Task(ctx context.Context, taskID string) (facade.TaskView, error)
+	// Checkpoint returns the checkpoint of the tenant's current task.
+	// Returns ErrInvalid, ErrNotFound, ErrUnavailable.
+	Checkpoint(ctx context.Context, tenantID string) (checkpoint.Checkpoint, error)
+	// HasCheckpoint reports whether the tenant's current task has a
+	// checkpoint. Returns ErrInvalid, ErrUnavailable.
+	HasCheckpoint(ctx context.Context, tenantID string) (bool, error)
+	// History returns the tenant's tasks, newest first. Returns ErrInvalid,
+	// ErrUnavailable.
+	History(ctx context.Context, tenantID string, limit int) ([]facade.TaskView, error)
+	// Timeline returns the timeline of the tenant's current task, oldest
+	// first. Returns ErrInvalid, ErrNotFound, ErrUnavailable.
+	Timeline(ctx context.Context, tenantID string, limit int) (facade.TimelineView, error)
+	// Lock returns the tenant lock. Returns ErrInvalid, ErrUnavailable.
+	Lock(ctx context.Context, tenantID string) (tenantlock.Info, error)
+	// ReleaseLock force-releases the tenant lock if its fence is
+	// expectedFence. Returns ErrInvalid, ErrNotFound, ErrLockMismatch,
+	// ErrUnavailable.
+	ReleaseLock(ctx context.Context, tenantID string, expectedFence int64, reason string, a facade.Actor) (tenantlock.Info, error)
+	// Retry re-runs the tenant's current task. Returns ErrInvalid,
+	// ErrNotFound, ErrTaskRunning, ErrTaskCompleted, ErrTaskPending,
+	// ErrAttemptMismatch, ErrInvalidState, ErrTenantLocked, ErrShuttingDown,
+	// ErrUnavailable.
+	Retry(ctx context.Context, tenantID string, req facade.RetryRequest, a facade.Actor) (facade.RetryResult, error)
+	// PauseTask asks the tenant's task to pause. Returns ErrInvalid,
+	// ErrNotFound, ErrTaskCompleted, ErrInvalidState, ErrUnavailable.
+	PauseTask(ctx context.Context, tenantID, reason string, a facade.Actor) (facade.TaskView, error)
+	// ResumeTask resumes the tenant's paused task. Returns ErrInvalid,
+	// ErrNotFound, ErrInvalidState, ErrTaskRunning, ErrTenantLocked,
+	// ErrShuttingDown, ErrUnavailable.
+	ResumeTask(ctx context.Context, tenantID, reason string, a facade.Actor) (facade.TaskView, error)
+	// CancelTask cancels the tenant's task. Returns ErrInvalid, ErrNotFound,
+	// ErrTaskCompleted, ErrInvalidState, ErrUnavailable.
+	CancelTask(ctx context.Context, tenantID, reason string, a facade.Actor) (facade.TaskView, error)
+}
 
 // GET /v1/tenants/{tenantId}/task
 func (a *api) tenantTask(w http.ResponseWriter, r *http.Request) {
@@ -18,7 +68,7 @@ func (a *api) tenantTask(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	v, err := a.svc.TaskByTenant(r.Context(), chi.URLParam(r, paramTenantID))
+	v, err := a.tenants.TaskByTenant(r.Context(), chi.URLParam(r, paramTenantID))
 	a.answerTaskGet(w, r, v, err)
 }
 
@@ -28,7 +78,7 @@ func (a *api) getTask(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	v, err := a.svc.Task(r.Context(), chi.URLParam(r, paramTaskID))
+	v, err := a.tenants.Task(r.Context(), chi.URLParam(r, paramTaskID))
 	a.answerTaskGet(w, r, v, err)
 }
 
@@ -39,7 +89,7 @@ func (a *api) getCheckpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenantID := chi.URLParam(r, paramTenantID)
-	c, err := a.svc.Checkpoint(r.Context(), tenantID)
+	c, err := a.tenants.Checkpoint(r.Context(), tenantID)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -54,7 +104,7 @@ func (a *api) headCheckpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenantID := chi.URLParam(r, paramTenantID)
-	ok, err := a.svc.HasCheckpoint(r.Context(), tenantID)
+	ok, err := a.tenants.HasCheckpoint(r.Context(), tenantID)
 	switch {
 	case err != nil:
 		a.writeError(w, r, err)
@@ -79,7 +129,7 @@ func (a *api) history(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenantID := chi.URLParam(r, paramTenantID)
-	vs, err := a.svc.History(r.Context(), tenantID, limit)
+	vs, err := a.tenants.History(r.Context(), tenantID, limit)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -100,7 +150,7 @@ func (a *api) timeline(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenantID := chi.URLParam(r, paramTenantID)
-	tv, err := a.svc.Timeline(r.Context(), tenantID, limit)
+	tv, err := a.tenants.Timeline(r.Context(), tenantID, limit)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -141,7 +191,7 @@ func (a *api) tenantsStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	// One call for all ids: the store reads them in two round trips
 	// whatever their number (pipelined), not one lookup per id.
-	views, err := a.svc.TasksByTenant(r.Context(), ids)
+	views, err := a.tenants.TasksByTenant(r.Context(), ids)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -171,7 +221,7 @@ func (a *api) retry(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noteReason(r, body.Reason)
-	res, err := a.svc.Retry(r.Context(), chi.URLParam(r, paramTenantID), body, a.actor(r))
+	res, err := a.tenants.Retry(r.Context(), chi.URLParam(r, paramTenantID), body, a.actor(r))
 	switch {
 	case err != nil:
 		a.writeError(w, r, err)
@@ -200,16 +250,18 @@ func (a *api) taskAction(w http.ResponseWriter, r *http.Request,
 }
 
 // POST /v1/tenants/{tenantId}/pause
-func (a *api) pauseTask(w http.ResponseWriter, r *http.Request) { a.taskAction(w, r, a.svc.PauseTask) }
+func (a *api) pauseTask(w http.ResponseWriter, r *http.Request) {
+	a.taskAction(w, r, a.tenants.PauseTask)
+}
 
 // POST /v1/tenants/{tenantId}/resume
 func (a *api) resumeTask(w http.ResponseWriter, r *http.Request) {
-	a.taskAction(w, r, a.svc.ResumeTask)
+	a.taskAction(w, r, a.tenants.ResumeTask)
 }
 
 // POST /v1/tenants/{tenantId}/cancel
 func (a *api) cancelTask(w http.ResponseWriter, r *http.Request) {
-	a.taskAction(w, r, a.svc.CancelTask)
+	a.taskAction(w, r, a.tenants.CancelTask)
 }
 
 // answerTaskGet answers a GET of one task, with an ETag.
@@ -236,7 +288,7 @@ func (a *api) getLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenantID := chi.URLParam(r, paramTenantID)
-	info, err := a.svc.Lock(r.Context(), tenantID)
+	info, err := a.tenants.Lock(r.Context(), tenantID)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -253,7 +305,7 @@ func (a *api) releaseLock(w http.ResponseWriter, r *http.Request) {
 	}
 	noteReason(r, body.Reason)
 	tenantID := chi.URLParam(r, paramTenantID)
-	info, err := a.svc.ReleaseLock(r.Context(), tenantID, body.ExpectedFence, body.Reason, a.actor(r))
+	info, err := a.tenants.ReleaseLock(r.Context(), tenantID, body.ExpectedFence, body.Reason, a.actor(r))
 	if err != nil {
 		a.writeError(w, r, err)
 		return
