@@ -137,13 +137,18 @@ func (c *Coordinator) Plans(ctx context.Context, f plan.ListFilter) ([]PlanView,
 	return views, next, nil
 }
 
-// PlanTasks lists a plan's tasks in plan order.
+// PlanTasks lists a plan's tasks in plan order, filtered by f (status,
+// orphaned, tenant id prefix). Returns ErrInvalid, ErrNotFound,
+// ErrUnavailable.
 func (c *Coordinator) PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) ([]TaskView, string, error) {
 	if !plan.ValidID(planID) {
 		return nil, "", wrapf(ErrInvalid, "plan id %s is not a plan id", task.Quote(planID))
 	}
 	if f.Status != "" && !f.Status.Valid() {
 		return nil, "", wrapf(ErrInvalid, "status %s is not a task status", task.Quote(string(f.Status)))
+	}
+	if f.TenantPrefix != "" && !task.ValidTenantID(f.TenantPrefix) {
+		return nil, "", wrapf(ErrInvalid, "tenant prefix %s is not the start of a tenant id", task.Quote(f.TenantPrefix))
 	}
 	if err := checkLimit(&f.Limit); err != nil {
 		return nil, "", err

@@ -32,6 +32,10 @@ type TaskFilter struct {
 	Orphaned    bool
 	OrphanAfter time.Duration
 	Now         time.Time
+	// TenantPrefix keeps only tasks whose tenant id starts with it ("" =
+	// all). Like a status, it makes a page examine up to the store's scan
+	// bound of entries.
+	TenantPrefix string
 	// Cursor continues a previous listing ("" = from the first task).
 	Cursor string
 	Limit  int

@@ -159,6 +159,35 @@ func TestPlanTasksFilterScanIsBounded(t *testing.T) {
 	})
 }
 
+// TestPlanTasksTenantPrefix: a tenant id prefix keeps the tasks whose
+// tenant starts with it, in plan order, alone or with a status, and pages
+// like a status filter.
+func TestPlanTasksTenantPrefix(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		fx := createPlan(t, e, 300, 0)
+		start(t, e, fx.tasks[105], 1).fail("boom")
+		start(t, e, fx.tasks[250], 1).fail("boom")
+		got := allTasks(t, e, fx.plan.ID, plan.TaskFilter{TenantPrefix: "t-001", Limit: 30})
+		if len(got) != 100 || got[0].ID != fx.tasks[100].ID || got[99].ID != fx.tasks[199].ID {
+			t.Fatalf("prefix t-001: %d tasks %v..., want tasks 100..199", len(got), ids(got[:min(3, len(got))]))
+		}
+		failed := allTasks(t, e, fx.plan.ID, plan.TaskFilter{TenantPrefix: "t-001", Status: task.StatusFailed})
+		if len(failed) != 1 || failed[0].ID != fx.tasks[105].ID {
+			t.Fatalf("prefix t-001 FAILED: %v, want task 105 only", ids(failed))
+		}
+		if none := allTasks(t, e, fx.plan.ID, plan.TaskFilter{TenantPrefix: "u-"}); len(none) != 0 {
+			t.Fatalf("prefix u-: %v, want none", ids(none))
+		}
+		for _, bad := range []string{"-t", "t*", "t 0", "{t}"} {
+			if _, _, err := e.store.PlanTasks(ctx, fx.plan.ID, plan.TaskFilter{TenantPrefix: bad}); !errors.Is(err, plan.ErrInvalid) {
+				t.Fatalf("prefix %q: %v, want plan.ErrInvalid", bad, err)
+			}
+		}
+	})
+}
+
 func TestPlansPaging(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, e *env) {

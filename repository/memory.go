@@ -410,7 +410,7 @@ func (m *Memory) PlanTasks(_ context.Context, planID string, f plan.TaskFilter) 
 	}
 	limit := pageLimit(f.Limit)
 	scan := limit
-	if want != "" {
+	if want != "" || f.TenantPrefix != "" {
 		scan = m.scanMax
 	}
 	now := f.Now

@@ -530,12 +530,12 @@ func (r *Redis) PlanTasks(ctx context.Context, planID string, f plan.TaskFilter)
 	}
 	limit := pageLimit(f.Limit)
 	scan := limit
-	if want != "" {
+	if want != "" || f.TenantPrefix != "" {
 		scan = r.scanMax
 	}
 	pp := r.pipeline()
 	exists := pp.p.Exists(ctx, pk.plan)
-	list := pp.eval(ctx, listPlanTasksScript, []string{pk.tasks, pk.counts}, pos, limit, scan, string(want))
+	list := pp.eval(ctx, listPlanTasksScript, []string{pk.tasks, pk.counts}, pos, limit, scan, string(want), f.TenantPrefix)
 	if err := pp.exec(ctx); err != nil {
 		return nil, "", wrapErr(ctx, op, err)
 	}
@@ -588,6 +588,9 @@ func taskFilter(f plan.TaskFilter) (int64, task.Status, error) {
 	if want != "" && !want.Valid() {
 		return 0, "", fmt.Errorf("%w: status %s", plan.ErrInvalid, task.Quote(string(want)))
 	}
+	if f.TenantPrefix != "" && !task.ValidTenantID(f.TenantPrefix) {
+		return 0, "", fmt.Errorf("%w: tenant prefix %s", plan.ErrInvalid, task.Quote(f.TenantPrefix))
+	}
 	if f.Orphaned {
 		if want != "" && want != task.StatusRunning {
 			return 0, "", fmt.Errorf("%w: orphaned tasks are RUNNING, not %s", plan.ErrInvalid, want)
@@ -599,6 +602,9 @@ func taskFilter(f plan.TaskFilter) (int64, task.Status, error) {
 
 func keepTask(t *task.Task, want task.Status, f plan.TaskFilter, now time.Time) bool {
 	if want != "" && t.Status != want {
+		return false
+	}
+	if !strings.HasPrefix(t.TenantID, f.TenantPrefix) {
 		return false
 	}
 	return !f.Orphaned || t.Orphaned(now, f.OrphanAfter)

@@ -9,11 +9,13 @@
 -- ARGV[2] -> most task ids to return
 -- ARGV[3] -> most entries to examine
 -- ARGV[4] -> status to keep ("" = every status)
+-- ARGV[5] -> tenant id prefix to keep ("" = every tenant; an entry without
+--            a ledger tenant is kept, the caller checks its record)
 -- Returns {next position ("" at the end of the list), task id, tenant id,
 -- task id, tenant id, ...}; tenant id is "" when the ledger has no entry.
 
 local pos = tonumber(ARGV[1])
-local limit, scan, want = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local limit, scan, want, pre = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5] or ''
 local out = {''}
 local found, examined = 0, 0
 local chunk = 500
@@ -30,7 +32,7 @@ while examined < scan do
       status, tenant = string.match(e, '^([^|]*)|[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)$')
       status, tenant = status or '', tenant or ''
     end
-    if want == '' or status == want then
+    if (want == '' or status == want) and (pre == '' or tenant == '' or string.sub(tenant, 1, #pre) == pre) then
       out[#out + 1] = id
       out[#out + 1] = tenant
       found = found + 1
