@@ -135,6 +135,16 @@ type Config struct {
 	// Retry-After.
 	MaxStreams int
 
+	// Mounts are handlers served by the API's router under a path (a chi
+	// Mount: the handler routes the rest of the path): inside its request
+	// id, access log, panic recovery and in-flight limit, outside the /v1
+	// authentication. They authenticate their own way and tell the API who
+	// calls with SetCaller and AuditAction (the web console, see
+	// httpapi/console).
+	Mounts []Mount
+	// Home, when set, is where GET / redirects (303): the web console.
+	Home string
+
 	// Middlewares wrap every /v1 route, outermost first, after
 	// authentication, authorization and rate limiting and before path
 	// validation. They may answer with WriteProblem.
@@ -144,6 +154,12 @@ type Config struct {
 	// authentication off — the request id and the client address). A
 	// RequestID it leaves empty is filled in.
 	ActorFunc func(*http.Request) facade.Actor
+}
+
+// Mount is a handler of Config.Mounts served under Path (like "/ui").
+type Mount struct {
+	Path    string
+	Handler http.Handler
 }
 
 type api struct {
@@ -258,6 +274,12 @@ func (a *api) routes() *chi.Mux {
 	r.Get("/readyz", a.readyz)
 	r.Get("/openapi.yaml", serveOpenAPI)
 	r.Get("/metrics", a.metrics)
+	if home := a.cfg.Home; home != "" {
+		r.Get("/", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, home, http.StatusSeeOther) })
+	}
+	for _, m := range a.cfg.Mounts {
+		r.Mount(m.Path, m.Handler)
+	}
 
 	r.Group(func(r chi.Router) {
 		r.Use(a.authenticate, a.authorize, a.rateLimit)
