@@ -139,6 +139,13 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p Problem, body any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
+// Classify returns the status, stable code and detail the API answers err
+// with: the one table of errors.go, for handlers of Config.Mounts that
+// answer in another form (the web console's pages). known is false for an
+// error nobody expected, answered 500 INTERNAL with a generic detail: log
+// it.
+func Classify(err error) (status int, code, detail string, known bool) { return classify(err) }
+
 // classify returns the status, code and detail answering err. Unknown errors
 // get a generic detail; known is false for them so the caller logs them.
 func classify(err error) (status int, code, detail string, known bool) {
