@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/deploycoord/deploycoord/httpapi"
+	"github.com/deploycoord/deploycoord/httpapi/console"
 )
 
 // Config is the server's configuration. Every field has an environment
@@ -54,6 +55,12 @@ type Config struct {
 	// AdvertiseAddr is the address shown for this instance in the instance
 	// registry ("" means the address the API listens on).
 	AdvertiseAddr string
+
+	// UI serves the web console under /ui/ (GET / redirects there).
+	UI bool
+	// UIBasePath is the path prefix the console is reached under through a
+	// reverse proxy ("" = none; like /deploycoord).
+	UIBasePath string
 }
 
 // setting is one configuration entry: its flag name, environment variable,
@@ -122,6 +129,10 @@ func settings() []setting {
 		{"single-instance", "DEPLOYCOORD_SINGLE_INSTANCE", "false", "single-instance mode: in-process tenant locks, and writes queued in memory " +
 			"while Redis is down (written back when it returns); ONLY safe with exactly one instance on this Redis and key prefix",
 			boolSetter(func(c *Config) *bool { return &c.SingleInstance })},
+		{"ui", "DEPLOYCOORD_UI", "true", "serve the web console under /ui/ (GET / redirects there); same tokens and roles as the API",
+			boolSetter(func(c *Config) *bool { return &c.UI })},
+		{"ui-base-path", "DEPLOYCOORD_UI_BASE_PATH", "", "path prefix of the web console behind a reverse proxy (like /deploycoord: links and cookies use /deploycoord/ui/)",
+			func(c *Config, v string) error { c.UIBasePath = v; return nil }},
 		{"advertise-addr", "DEPLOYCOORD_ADVERTISE_ADDR", "", "host:port shown for this instance in GET /v1/instances (default the address the API listens on)",
 			func(c *Config, v string) error { c.AdvertiseAddr = v; return nil }},
 	}
@@ -266,6 +277,9 @@ func (c Config) validate() error {
 		if _, _, err := net.SplitHostPort(c.AdvertiseAddr); err != nil || len(c.AdvertiseAddr) > 256 || !printable(c.AdvertiseAddr) {
 			errs = append(errs, fmt.Errorf("DEPLOYCOORD_ADVERTISE_ADDR %q: want host:port", c.AdvertiseAddr))
 		}
+	}
+	if !console.BasePathValid(c.UIBasePath) {
+		errs = append(errs, fmt.Errorf("DEPLOYCOORD_UI_BASE_PATH %q: want empty or a path like /deploycoord (letters, digits, . _ - ~; no trailing slash)", c.UIBasePath))
 	}
 	if err := checkExposure(c.Listen, len(c.Tokens)); err != nil {
 		errs = append(errs, err)

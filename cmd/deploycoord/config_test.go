@@ -47,6 +47,8 @@ func TestParseConfigDefaults(t *testing.T) {
 		{"ShutdownGrace", c.ShutdownGrace, 30 * time.Second},
 		{"MaxTenants", c.MaxTenants, 100_000},
 		{"MaxBodyBytes", c.MaxBodyBytes, int64(16 << 20)},
+		{"UI", c.UI, true},
+		{"UIBasePath", c.UIBasePath, ""},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -111,6 +113,12 @@ func TestParseConfigSources(t *testing.T) {
 					t.Errorf("empty variables should mean the default: prefix %q lease %s", c.KeyPrefix, c.LockLease)
 				}
 			}},
+		{"UISettings", []string{"-ui=false"}, []string{"DEPLOYCOORD_UI=true", "DEPLOYCOORD_UI_BASE_PATH=/ops/deploycoord"},
+			func(t *testing.T, c Config) {
+				if c.UI || c.UIBasePath != "/ops/deploycoord" {
+					t.Errorf("ui %v base path %q, want false (the flag wins) and /ops/deploycoord", c.UI, c.UIBasePath)
+				}
+			}},
 		{"EmptyInlineKindsAllowsNone", []string{"-inline-kinds", ""}, nil,
 			func(t *testing.T, c Config) {
 				if len(c.InlineKinds) != 0 {
@@ -150,6 +158,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{"ErrAllowExecNotABool", nil, []string{"DEPLOYCOORD_ALLOW_EXEC=yes"}, []string{"DEPLOYCOORD_ALLOW_EXEC / -allow-exec"}},
 		{"ErrLogFormat", []string{"-log-format", "xml"}, nil, []string{"DEPLOYCOORD_LOG_FORMAT", "json or console"}},
 		{"ErrLogLevel", nil, []string{"DEPLOYCOORD_LOG_LEVEL=trace"}, []string{"DEPLOYCOORD_LOG_LEVEL", "debug, info, warn or error"}},
+		{"ErrUIBasePathTrailingSlash", nil, []string{"DEPLOYCOORD_UI_BASE_PATH=/deploycoord/"}, []string{"DEPLOYCOORD_UI_BASE_PATH", "no trailing slash"}},
+		{"ErrUIBasePathRelative", []string{"-ui-base-path", "deploycoord"}, nil, []string{"DEPLOYCOORD_UI_BASE_PATH"}},
+		{"ErrUIBasePathHostile", []string{"-ui-base-path", `/a"><script>`}, nil, []string{"DEPLOYCOORD_UI_BASE_PATH"}},
+		{"ErrUINotABool", nil, []string{"DEPLOYCOORD_UI=off"}, []string{"DEPLOYCOORD_UI / -ui"}},
 		{"ErrUnexpectedArguments", []string{"serve"}, nil, []string{"unexpected arguments", "serve"}},
 		{"ErrUnknownFlag", []string{"-no-such-flag"}, nil, []string{"no-such-flag"}},
 		{"ErrSeveralAtOnce", []string{"-ttl", "1m", "-log-level", "loud"}, nil, []string{"DEPLOYCOORD_TTL", "DEPLOYCOORD_LOG_LEVEL"}},

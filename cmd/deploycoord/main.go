@@ -31,6 +31,7 @@ import (
 
 	"github.com/deploycoord/deploycoord/facade"
 	"github.com/deploycoord/deploycoord/httpapi"
+	"github.com/deploycoord/deploycoord/httpapi/console"
 	"github.com/deploycoord/deploycoord/httpapi/metrics"
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
@@ -198,6 +199,22 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.metrics.Watch(metrics.State{Plans: m.coord, Degraded: m.store.Degraded})
+	var (
+		mounts []httpapi.Mount
+		home   string
+		con    *console.Console
+	)
+	if c.UI {
+		con, err = console.New(m.coord, console.Config{BasePath: c.UIBasePath, Tokens: c.Tokens, Logger: &log, Version: Version})
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		for _, p := range con.Paths() {
+			mounts = append(mounts, httpapi.Mount{Path: p, Handler: con})
+		}
+		home = con.Home()
+	}
 	handler := httpapi.New(m.coord, httpapi.Config{
 		Logger: &log, MaxBodyBytes: c.MaxBodyBytes, Version: Version,
 		Ready:       func(ctx context.Context) error { return m.client.Ping(ctx).Err() },
@@ -206,17 +223,23 @@ func (m *Main) Run(ctx context.Context) error {
 		MaxInFlight: c.MaxInFlight, Idempotency: redisStore.Idempotency(), IdempotencyTTL: c.IdempotencyTTL,
 		Metrics: promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}), Observe: m.metrics.Observe,
 		MaxLongPolls: httpapi.MaxLongPollsDefault,
+		Mounts:       mounts, Home: home,
 	})
 	if len(c.Tokens) == 0 {
 		m.Log.Warn().Str("listen", c.Listen).Msg("no API tokens configured (DEPLOYCOORD_TOKENS_FILE, DEPLOYCOORD_TOKENS): " +
 			"every request is served as \"anonymous\" with role operator; the API listens on loopback only")
 	}
 	m.server = httpapi.NewServer(m.Addr, handler, httpapi.ServerConfig{})
+	if con != nil {
+		// Open console pages hold event streams: end them, or a shutdown
+		// waits for them.
+		m.server.RegisterOnShutdown(con.Close)
+	}
 	m.served = make(chan error, 1)
 	go func() { m.served <- m.server.Serve(ln) }()
 	m.Log.Info().Str("addr", m.Addr).Str("advertise_addr", advertise).Str("version", Version).Str("key_prefix", c.KeyPrefix).
 		Dur("lock_lease", c.LockLease).Int("pipelines", len(pipelines)).Bool("single_instance", c.SingleInstance).
-		Int("redis_pool_size", m.client.Options().PoolSize).Msg("listening")
+		Int("redis_pool_size", m.client.Options().PoolSize).Str("console", home).Msg("listening")
 	return nil
 }
 
