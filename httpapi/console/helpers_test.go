@@ -41,7 +41,7 @@ const hostile = `<script>alert("x")</script>`
 // bundle is the console and the API as cmd/deploycoord wires them, over a
 // real coordinator on miniredis, with http stages calling a real target.
 type bundle struct {
-	t      *testing.T
+	t      testing.TB
 	coord  *facade.Coordinator
 	srv    *httptest.Server
 	target *target
@@ -60,7 +60,7 @@ type target struct {
 	hold map[string]chan struct{}
 }
 
-func newTarget(t *testing.T) *target {
+func newTarget(t testing.TB) *target {
 	tg := &target{fail: map[string]bool{}, hold: map[string]chan struct{}{}}
 	tg.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/") // tenants/<id>/<stage>
@@ -122,12 +122,23 @@ func (tg *target) holdTenant(tenant string) (release func()) {
 type bundleOpts struct {
 	noTokens bool
 	basePath string
+	// realRedis runs on the shared real Redis (skipping without one)
+	// instead of miniredis.
+	realRedis bool
 }
 
-func setup(t *testing.T, o bundleOpts) *bundle {
+func setup(t testing.TB, o bundleOpts) *bundle {
 	t.Helper()
-	_, client := redistest.Mini(t)
-	b := &bundle{t: t, client: client, prefix: redistest.Prefix(t), target: newTarget(t), base: o.basePath}
+	var (
+		client redis.UniversalClient
+		prefix = redistest.Prefix(t)
+	)
+	if o.realRedis {
+		client, prefix = redistest.Real(t)
+	} else {
+		_, client = redistest.Mini(t)
+	}
+	b := &bundle{t: t, client: client, prefix: prefix, target: newTarget(t), base: o.basePath}
 	b.coord = b.newCoordinator("coord-a")
 	var tokens []httpapi.Token
 	if !o.noTokens {
