@@ -30,6 +30,8 @@ func TestPagesEmptyStore(t *testing.T) {
 		{b.ui("tenants/t-none"), 404, "tenant t-none has no task"},
 		{b.ui("plans/plan-01JDQZV5X8M7R2K9C3B4N6P0QS"), 404, "NOT_FOUND"},
 		{b.ui("plans/not-a-plan"), 400, "is not a plan id"},
+		{b.ui("tenants/" + url.PathEscape(hostile)), 400, "is not a tenant id"},
+		{b.ui("plans/" + url.PathEscape(hostile)), 400, "is not a plan id"},
 		{b.ui("search?q=plan-01JDQZV5X8M7R2K9C3B4N6P0QS"), 303, ""},
 		{b.ui("search?q=t-none"), 303, ""},
 		{b.ui("search?q=task-01JDQZV5X8M7R2K9C3B4N6P0QS"), 404, "Nothing found"},
