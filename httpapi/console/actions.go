@@ -49,7 +49,9 @@ func confirmed(r *http.Request) bool { return r.PostForm.Get("confirm") == "yes"
 func hiddenFields(r *http.Request, skip ...string) []field {
 	out := []field{{"confirm", "yes"}}
 	for _, k := range sortedKeys(r.PostForm) {
-		if k == "confirm" || slices.Contains(skip, k) {
+		// The confirmation page's form carries the session's CSRF token
+		// itself.
+		if k == "confirm" || k == "csrf" || slices.Contains(skip, k) {
 			continue
 		}
 		for _, v := range r.PostForm[k] {
