@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/deploycoord/deploycoord/facade"
@@ -328,4 +329,68 @@ func TestConsoleScreenshots(t *testing.T) {
 		t.Logf("wrote docs/console/%s (%d bytes)", s.file, len(png))
 	}
 	tg.open()
+}
+
+// TestBrowserScriptsOff: with JavaScript disabled the pages still show
+// everything (they are rendered on the server) and a retry still works,
+// through its dry run and confirmation, as plain form posts.
+func TestBrowserScriptsOff(t *testing.T) {
+	t.Parallel()
+	m, tg := browserServer(t)
+	ctx := newBrowser(t, 1280, 800)
+	base := "http://" + m.Addr
+	tg.setFail("t-ns", "verify", true)
+	createBrowserPlan(t, m, tg, "no script", "t-ns")
+	until(t, 15*time.Second, func() (bool, string) {
+		tv, err := m.coord.TaskByTenant(context.Background(), "t-ns")
+		return err == nil && tv.Status == task.StatusFailed, "t-ns FAILED"
+	})
+	if err := chromedp.Do(ctx, signIn(base, browserOperator)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true}); err != nil {
+		t.Fatal(err)
+	}
+	tg.setFail("t-ns", "verify", false)
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/ui/tenants/t-ns"),
+		chromedp.WaitVisible(chromedp.CSS("#tenant-timeline")),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := evaluateText(t, ctx)
+	for _, want := range []string{"FAILED", "target says no", "task.stage_failed", "push, hold", "live updates need JavaScript"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("tenant page with scripts off: no %q in\n%s", want, text)
+		}
+	}
+	err = chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.CSS("#reason"), "scripts off"),
+		chromedp.Click(chromedp.CSS("#retry-tenant")),
+		chromedp.WaitVisible(chromedp.CSS("#confirm")),
+		chromedp.Click(chromedp.CSS("#confirm")),
+		chromedp.WaitVisible(chromedp.CSS(".flash")),
+	)
+	if err != nil {
+		t.Fatalf("retry with scripts off: %v", err)
+	}
+	if text := evaluateText(t, ctx); !strings.Contains(text, "Retry accepted: tenant t-ns, attempt 2") {
+		t.Errorf("after the retry: %s", text)
+	}
+	until(t, 15*time.Second, func() (bool, string) {
+		tv, _ := m.coord.TaskByTenant(context.Background(), "t-ns")
+		return tv.Status == task.StatusCompleted, "t-ns COMPLETED after the retry"
+	})
+}
+
+// evaluateText returns the page's visible text, read through the DOM
+// protocol (page scripts may be off).
+func evaluateText(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	text, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return text
 }
