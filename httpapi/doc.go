@@ -10,6 +10,10 @@
 //	/v1 routes    authenticate (401) ─► authorize (403) ─► rate limit (429) ─►
 //	              Config.Middlewares ─► path id check ─► Idempotency-Key ─►
 //	              query check ─► body decoding ─► Service ─► JSON or problem
+//	Config.Mounts the mounted handler (the web console under /ui, package
+//	              httpapi/console), which authenticates its own way and
+//	              reports its caller and actions with SetCaller, AuditAction
+//	              and Deny; GET / redirects to Config.Home
 //
 // # Who is asking
 //
