@@ -1,10 +1,16 @@
 // Package redistest gives tests a Redis to talk to: miniredis in-process, the
-// shared real redis-server (with a fresh key prefix per test), or a
-// throwaway redis-server on a random port that a fault test may stop, pause
-// or restart. It also counts Redis round trips with a go-redis hook.
+// shared real redis-server (with a fresh key prefix per test), a throwaway
+// redis-server on a random port that a fault test may stop, pause or
+// restart, a Redis Cluster of three masters (StartCluster, or SharedCluster
+// for every test of a binary) and a Sentinel setup of one master, one
+// replica and three sentinels (StartSentinel). It also counts Redis round
+// trips with a go-redis hook.
 //
-// Real-Redis tests skip with a message when no server is reachable, unless
-// DEPLOYCOORD_REQUIRE_REDIS=1 (CI sets it), in which case they fail.
+// Real-Redis tests skip with a message when no server is reachable (or
+// redis-server and redis-cli are not installed, for the cluster), unless
+// DEPLOYCOORD_REQUIRE_REDIS=1 (CI sets it), in which case they fail. Every
+// server a test starts is killed when the test (or, for SharedCluster, the
+// test binary through Main) ends, and by the kernel if the binary dies.
 package redistest
 
 import (
@@ -12,11 +18,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,22 +82,72 @@ func Real(t testing.TB) (*redis.Client, string) {
 }
 
 // DeletePrefix removes every key under prefix (SCAN MATCH, test cleanup only:
-// prefixes made by Prefix have no glob characters).
+// prefixes made by Prefix have no glob characters), on every master of a
+// cluster, one key per UNLINK (a cluster refuses multi-key commands across
+// slots).
 func DeletePrefix(c redis.UniversalClient, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-	var batch []string
-	for iter.Next(ctx) {
-		batch = append(batch, iter.Val())
-		if len(batch) == 500 {
-			c.Unlink(ctx, batch...)
-			batch = batch[:0]
+	_ = eachServer(ctx, c, func(ctx context.Context, s *redis.Client) error {
+		keys, err := scanAll(ctx, s, prefix)
+		for len(keys) > 0 {
+			n := min(len(keys), 500)
+			_, _ = s.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range keys[:n] {
+					p.Unlink(ctx, k)
+				}
+				return nil
+			})
+			keys = keys[n:]
 		}
+		return err
+	})
+}
+
+// KeysUnder returns every key under prefix (SCAN MATCH on the server, or on
+// every master of a cluster). Tests only: the product never scans.
+func KeysUnder(ctx context.Context, c redis.UniversalClient, prefix string) ([]string, error) {
+	var mu sync.Mutex
+	var out []string
+	err := eachServer(ctx, c, func(ctx context.Context, s *redis.Client) error {
+		keys, err := scanAll(ctx, s, prefix)
+		mu.Lock()
+		out = append(out, keys...)
+		mu.Unlock()
+		return err
+	})
+	slices.Sort(out)
+	return out, err
+}
+
+// eachServer calls f with the client itself, or with each master of a
+// cluster client.
+func eachServer(ctx context.Context, c redis.UniversalClient, f func(context.Context, *redis.Client) error) error {
+	switch cl := c.(type) {
+	case *redis.ClusterClient:
+		return cl.ForEachMaster(ctx, f)
+	case *redis.Client:
+		return f(ctx, cl)
 	}
-	if len(batch) > 0 {
-		c.Unlink(ctx, batch...)
+	return fmt.Errorf("redistest: unsupported client %T", c)
+}
+
+// Clone returns a new client of the same Redis (or cluster) as c, with the
+// same options and none of its hooks: another coordinator instance. It is
+// closed when the test ends.
+func Clone(t testing.TB, c redis.UniversalClient) redis.UniversalClient {
+	t.Helper()
+	var out redis.UniversalClient
+	switch cl := c.(type) {
+	case *redis.ClusterClient:
+		out = redis.NewClusterClient(cl.Options())
+	case *redis.Client:
+		out = redis.NewClient(cl.Options())
+	default:
+		t.Fatalf("redistest: cannot clone a %T", c)
 	}
+	t.Cleanup(func() { _ = out.Close() })
+	return out
 }
 
 func unreachable(t testing.TB, why string) {
@@ -152,10 +205,7 @@ type Server struct {
 	t    testing.TB
 	Addr string
 	Port int
-	dir  string
-	args []string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
+	p    *proc
 }
 
 // StartServer starts redis-server on a free port with extra config args
@@ -163,15 +213,14 @@ type Server struct {
 // ends. It skips (or fails when Required) if redis-server is not installed.
 func StartServer(t testing.TB, args ...string) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		unreachable(t, "redis-server is not installed")
+	if why := binaries(false); why != "" {
+		unreachable(t, why)
 	}
-	s := &Server{t: t, dir: t.TempDir(), Port: freePort(t)}
-	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-	s.args = append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log")}, args...)
-	_ = bin
+	p, err := newProc(t.TempDir(), append([]string{"--save", "", "--appendonly", "no"}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{t: t, Addr: p.Addr, Port: p.Port, p: p}
 	s.Start()
 	t.Cleanup(s.Kill)
 	return s
@@ -181,46 +230,13 @@ func StartServer(t testing.TB, args ...string) *Server {
 // comes back empty unless persistence was configured.
 func (s *Server) Start() {
 	s.t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cmd := exec.Command("redis-server", s.args...)
-	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start redis-server: %v", err)
-	}
-	s.cmd = cmd
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		conn, err := net.DialTimeout("tcp", s.Addr, 200*time.Millisecond)
-		if err == nil {
-			_, _ = conn.Write([]byte("PING\r\n"))
-			buf := make([]byte, 64)
-			_ = conn.SetReadDeadline(time.Now().Add(time.Second))
-			n, _ := conn.Read(buf)
-			conn.Close()
-			if strings.HasPrefix(string(buf[:n]), "+PONG") {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-			s.t.Fatalf("redis-server on %s did not start: %v\n%s", s.Addr, err, log)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := s.p.start(); err != nil {
+		s.t.Fatal(err)
 	}
 }
 
 // Kill stops the server with SIGKILL and waits for it to exit.
-func (s *Server) Kill() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGCONT)
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}
+func (s *Server) Kill() { s.p.kill() }
 
 // Restart kills the server and starts it again, empty.
 func (s *Server) Restart() {
@@ -229,31 +245,13 @@ func (s *Server) Restart() {
 }
 
 // Stop pauses the server with SIGSTOP: connections stay open, nothing answers.
-func (s *Server) Stop() { s.signal(syscall.SIGSTOP) }
+func (s *Server) Stop() { s.p.signal(syscall.SIGSTOP) }
 
 // Cont resumes a server paused by Stop.
-func (s *Server) Cont() { s.signal(syscall.SIGCONT) }
-
-func (s *Server) signal(sig syscall.Signal) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(sig)
-	}
-}
+func (s *Server) Cont() { s.p.signal(syscall.SIGCONT) }
 
 // Client returns a client of the server, closed when the test ends.
 func (s *Server) Client() *redis.Client { return NewClient(s.t, s.Addr) }
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // Counter is a go-redis hook that counts round trips: one per command sent
 // alone, one per pipeline (or MULTI/EXEC block) however many commands it

@@ -1,0 +1,129 @@
+package redistest_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/deploycoord/deploycoord/internal/redistest"
+)
+
+// TestClusterSpreadsAndReshards: the cluster backend's keys land on every
+// master, a reshard moves slots (and their keys) while a client writes,
+// and DeletePrefix and KeysUnder see every master.
+func TestClusterSpreadsAndReshards(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	c := cl.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	prefix := redistest.Prefix(t)
+	const n = 300
+	for i := 0; i < n; i++ {
+		if err := c.Set(ctx, fmt.Sprintf("%sk:{%d}", prefix, i), i, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	per, err := cl.KeysPerNode(ctx, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for addr, k := range per {
+		if k == 0 {
+			t.Errorf("master %s holds no key of %d: %v", addr, n, per)
+		}
+		total += k
+	}
+	if total != n {
+		t.Fatalf("masters hold %d keys, want %d: %v", total, n, per)
+	}
+
+	// Reshard 500 slots from the second master to the first while writing.
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := c.Incr(ctx, fmt.Sprintf("%sk:{%d}", prefix, i%n)).Err(); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	before, _ := cl.Slots(ctx, cl.Nodes[0])
+	if err := cl.Reshard(ctx, cl.Nodes[1], cl.Nodes[0], 500); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatalf("a write during the reshard failed: %v", err)
+	}
+	after, _ := cl.Slots(ctx, cl.Nodes[0])
+	if count(after) != count(before)+500 {
+		t.Fatalf("first master serves %v after the reshard, %v before: want 500 slots more", after, before)
+	}
+	keys, err := redistest.KeysUnder(ctx, c, prefix)
+	if err != nil || len(keys) != n {
+		t.Fatalf("KeysUnder after the reshard: %d keys, %v; want %d", len(keys), err, n)
+	}
+	redistest.DeletePrefix(c, prefix)
+	if keys, err := redistest.KeysUnder(ctx, c, prefix); err != nil || len(keys) != 0 {
+		t.Fatalf("DeletePrefix left %d keys (%v)", len(keys), err)
+	}
+}
+
+func count(ranges [][2]int) int {
+	n := 0
+	for _, r := range ranges {
+		n += r[1] - r[0] + 1
+	}
+	return n
+}
+
+// TestSentinelFailover: killing the master promotes the replica, and a
+// failover client writes to the new master.
+func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartSentinel(t)
+	c := s.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.Set(ctx, "k", "before", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	old, err := s.MasterAddr(ctx)
+	if err != nil || old != s.Master.Addr {
+		t.Fatalf("master %q (%v), want %s", old, err, s.Master.Addr)
+	}
+	killed := time.Now()
+	s.Master.Kill()
+	now, err := s.WaitFailover(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now != s.Replica.Addr {
+		t.Fatalf("new master %s, want the replica %s", now, s.Replica.Addr)
+	}
+	t.Logf("failover took %s", time.Since(killed).Round(time.Millisecond))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := c.Set(ctx, "k", "after", 0).Err()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failover client still cannot write: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if v, err := redistest.NewClient(t, now).Get(ctx, "k").Result(); err != nil || v != "after" {
+		t.Fatalf("new master holds %q (%v), want after", v, err)
+	}
+}
