@@ -294,7 +294,11 @@ func (r *Redis) rollbackPlan(ctx context.Context, pk planKeys, planID string, ta
 	pp.p.Del(ctx, pk.plan, pk.tasks, pk.counts)
 	pp.p.ZRem(ctx, r.keys.Plans(), planID)
 	for _, k := range tasks {
-		pp.p.Del(ctx, k.task, k.ref)
+		// Two DELs: the record is in the tenant's slot, the taskref in the
+		// task id's, and a Redis Cluster refuses a DEL across slots
+		// (CROSSSLOT) — the whole rollback then left the records behind.
+		pp.p.Del(ctx, k.task)
+		pp.p.Del(ctx, k.ref)
 		pp.eval(ctx, restoreIndexScript, []string{k.index, k.history}, k.id)
 		if n++; n >= r.cfg.Batch {
 			flush()
