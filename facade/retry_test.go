@@ -240,13 +240,7 @@ func TestRestartAnswersFromRedis(t *testing.T) {
 		ctx := context.Background()
 		v := b.failLast("t-bad", "t-ok")
 
-		var addr string
-		if be.Mini != nil {
-			addr = be.Mini(t).Addr()
-		} else {
-			addr = redistest.Addr()
-		}
-		client := redistest.NewClient(t, addr)
+		client := redistest.Clone(t, b.client)
 		store, err := repository.NewRedis(client, repository.Config{Prefix: b.prefix})
 		if err != nil {
 			t.Fatal(err)

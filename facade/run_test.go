@@ -362,7 +362,7 @@ func TestCreatePlanRejectsBadInput(t *testing.T) {
 				t.Fatalf("%s: got %v, want ErrInvalid", name, err)
 			}
 		}
-		keys, err := b.client.Keys(context.Background(), b.prefix+"*").Result()
+		keys, err := redistest.KeysUnder(context.Background(), b.client, b.prefix)
 		if err != nil {
 			t.Fatal(err)
 		}

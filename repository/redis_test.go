@@ -529,8 +529,7 @@ func TestRedisRestartedInstanceAnswers(t *testing.T) {
 			start(t, e, fx.tasks[1], 1).fail("boom")
 
 			// Another instance: a new client, a new store, nothing shared but Redis.
-			c2 := redis.NewClient(&redis.Options{Addr: c.(*redis.Client).Options().Addr})
-			t.Cleanup(func() { _ = c2.Close() })
+			c2 := redistest.Clone(t, c)
 			e2 := newRedisEnv(t, c2, prefix, Config{})
 			ctx := ctxT(t)
 			type answer struct {
@@ -606,8 +605,7 @@ func TestRedisCreatePlanRollsBack(t *testing.T) {
 			before := keysUnder(t, e)
 
 			// Make the third task pipeline fail halfway.
-			c2 := redis.NewClient(&redis.Options{Addr: c.(*redis.Client).Options().Addr})
-			t.Cleanup(func() { _ = c2.Close() })
+			c2 := redistest.Clone(t, c)
 			hook := &failPipeline{n: 3}
 			c2.AddHook(hook)
 			r2, _ := NewRedis(c2, Config{Prefix: prefix, Batch: 10, Clock: e.clock.Now})

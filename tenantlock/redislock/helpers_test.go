@@ -18,7 +18,6 @@ type testBundle struct {
 	client  redis.UniversalClient
 	prefix  string
 	mini    *miniredis.Miniredis // nil on a real Redis
-	addr    string
 	counter *redistest.Counter
 	cfg     Config
 	locker  *Locker
@@ -32,9 +31,6 @@ func setup(t *testing.T, b redistest.Backend, cfg Config) *testBundle {
 	tb := &testBundle{client: c, prefix: prefix, counter: &redistest.Counter{}}
 	if b.Mini != nil {
 		tb.mini = b.Mini(t)
-		tb.addr = tb.mini.Addr()
-	} else {
-		tb.addr = redistest.Addr()
 	}
 	c.AddHook(tb.counter)
 	tb.cfg = withKeys(cfg, prefix)
@@ -52,11 +48,11 @@ func withKeys(cfg Config, prefix string) Config {
 	return cfg
 }
 
-// secondLocker is a Locker on another client of the same Redis (another
-// coordinator instance).
+// secondLocker is a Locker on another client of the same Redis or cluster
+// (another coordinator instance).
 func (tb *testBundle) secondLocker(t *testing.T) *Locker {
 	t.Helper()
-	l, err := New(redistest.NewClient(t, tb.addr), tb.cfg)
+	l, err := New(redistest.Clone(t, tb.client), tb.cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -82,9 +78,9 @@ func (tb *testBundle) get(t *testing.T, key string) string {
 // keys lists the keys under the test's prefix.
 func (tb *testBundle) keys(t *testing.T) []string {
 	t.Helper()
-	ks, err := tb.client.Keys(context.Background(), tb.prefix+"*").Result()
+	ks, err := redistest.KeysUnder(context.Background(), tb.client, tb.prefix)
 	if err != nil {
-		t.Fatalf("KEYS: %v", err)
+		t.Fatalf("SCAN: %v", err)
 	}
 	return ks
 }
