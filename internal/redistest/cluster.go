@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -116,13 +117,18 @@ func Main(m *testing.M) int {
 func newCluster(dir string) (*Cluster, error) {
 	c := &Cluster{dir: dir}
 	for i := 0; i < clusterMasters; i++ {
-		bus, err := freePort()
-		if err != nil {
-			return c, err
+		// The cluster bus listens on port+10000 (cluster-port exists only
+		// from Redis 7.0 on): a free port whose bus port is free too.
+		p, err := newProc(dir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "5000", "--save", "", "--appendonly", "no")
+		for tries := 0; err == nil && !busFree(p.Port); tries++ {
+			if tries == 100 {
+				return c, fmt.Errorf("no free port with a free cluster bus port after 100 tries")
+			}
+			_ = os.RemoveAll(p.dir)
+			p, err = newProc(dir, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+				"--cluster-node-timeout", "5000", "--save", "", "--appendonly", "no")
 		}
-		p, err := newProc(dir, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
-			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000",
-			"--save", "", "--appendonly", "no")
 		if err != nil {
 			return c, err
 		}
@@ -151,6 +157,19 @@ func newCluster(dir string) (*Cluster, error) {
 		n.ID = id
 	}
 	return c, c.WaitOK(ctx)
+}
+
+// busFree reports whether the cluster bus port of a node on port is free.
+func busFree(port int) bool {
+	if port+10000 > 65535 {
+		return false
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
 }
 
 // stop kills every node and removes the cluster's directory.
@@ -196,7 +215,7 @@ func (c *Cluster) WaitOK(ctx context.Context) error {
 		for _, n := range c.Nodes {
 			cl := redis.NewClient(&redis.Options{Addr: n.Addr})
 			info, err := cl.ClusterInfo(ctx).Result()
-			slots, serr := cl.ClusterShards(ctx).Result()
+			slots, serr := cl.ClusterSlots(ctx).Result()
 			_ = cl.Close()
 			if err != nil || serr != nil {
 				ok, last = false, fmt.Sprintf("%s: %v %v", n.Addr, err, serr)
@@ -206,7 +225,7 @@ func (c *Cluster) WaitOK(ctx context.Context) error {
 				ok, last = false, n.Addr+": "+strings.TrimSpace(info)
 				break
 			}
-			maps = append(maps, shardsString(slots))
+			maps = append(maps, slotsString(slots))
 		}
 		if ok {
 			for _, m := range maps[1:] {
@@ -226,22 +245,16 @@ func (c *Cluster) WaitOK(ctx context.Context) error {
 	}
 }
 
-// shardsString is a canonical form of a CLUSTER SHARDS answer: each
-// master's id and slot ranges.
-func shardsString(shards []redis.ClusterShard) string {
-	var parts []string
-	for _, s := range shards {
-		var master string
-		for _, n := range s.Nodes {
-			if n.Role == "master" {
-				master = n.ID
-			}
+// slotsString is a canonical form of a CLUSTER SLOTS answer: each range
+// and its master's id. (CLUSTER SLOTS, not SHARDS: SHARDS is Redis 7.0+.)
+func slotsString(slots []redis.ClusterSlot) string {
+	parts := make([]string, 0, len(slots))
+	for _, s := range slots {
+		master := ""
+		if len(s.Nodes) > 0 {
+			master = s.Nodes[0].ID
 		}
-		var ranges []string
-		for _, r := range s.Slots {
-			ranges = append(ranges, fmt.Sprintf("%d-%d", r.Start, r.End))
-		}
-		parts = append(parts, master+":"+strings.Join(ranges, ","))
+		parts = append(parts, fmt.Sprintf("%05d-%05d:%s", s.Start, s.End, master))
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, ";")
@@ -255,25 +268,27 @@ func (c *Cluster) Slot(ctx context.Context, key string) (int, error) {
 	return int(n), err
 }
 
-// Owner returns the master that serves slot now.
-func (c *Cluster) Owner(ctx context.Context, slot int) (*ClusterNode, error) {
+// slotMap returns the masters' slot ranges now (CLUSTER SLOTS; the first
+// node of a range is its master).
+func (c *Cluster) slotMap(ctx context.Context) ([]redis.ClusterSlot, error) {
 	cl := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr})
 	defer cl.Close()
-	shards, err := cl.ClusterShards(ctx).Result()
+	return cl.ClusterSlots(ctx).Result()
+}
+
+// Owner returns the master that serves slot now.
+func (c *Cluster) Owner(ctx context.Context, slot int) (*ClusterNode, error) {
+	slots, err := c.slotMap(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range shards {
-		for _, r := range s.Slots {
-			if int64(slot) < r.Start || int64(slot) > r.End {
-				continue
-			}
-			for _, sn := range s.Nodes {
-				for _, n := range c.Nodes {
-					if sn.Role == "master" && sn.ID == n.ID {
-						return n, nil
-					}
-				}
+	for _, s := range slots {
+		if slot < s.Start || slot > s.End || len(s.Nodes) == 0 {
+			continue
+		}
+		for _, n := range c.Nodes {
+			if n.ID == s.Nodes[0].ID {
+				return n, nil
 			}
 		}
 	}
@@ -282,22 +297,17 @@ func (c *Cluster) Owner(ctx context.Context, slot int) (*ClusterNode, error) {
 
 // Slots returns the slot ranges a master serves now ([start, end] pairs).
 func (c *Cluster) Slots(ctx context.Context, n *ClusterNode) ([][2]int, error) {
-	cl := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr})
-	defer cl.Close()
-	shards, err := cl.ClusterShards(ctx).Result()
+	slots, err := c.slotMap(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out [][2]int
-	for _, s := range shards {
-		for _, sn := range s.Nodes {
-			if sn.Role == "master" && sn.ID == n.ID {
-				for _, r := range s.Slots {
-					out = append(out, [2]int{int(r.Start), int(r.End)})
-				}
-			}
+	for _, s := range slots {
+		if len(s.Nodes) > 0 && s.Nodes[0].ID == n.ID {
+			out = append(out, [2]int{s.Start, s.End})
 		}
 	}
+	slices.SortFunc(out, func(a, b [2]int) int { return a[0] - b[0] })
 	return out, nil
 }
 
