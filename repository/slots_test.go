@@ -1,0 +1,88 @@
+package repository
+
+import (
+	"strings"
+	"testing"
+)
+
+// clusterSlot is Redis Cluster's hash slot of key: CRC16 (XMODEM) of the
+// hash tag — the text between the first "{" and the next "}", when not
+// empty — or of the whole key, modulo 16384.
+func clusterSlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
+// TestKeysSlots: on a Redis Cluster every script may touch one slot only.
+// The keys one script gets together share a slot — a task's keys, its
+// tenant's lock, fence, index and history (write_task, beat_task,
+// request_task, restore_index, acquire/reacquire/force_release_lock); a
+// plan's three keys (create_plan, update_plan, the counts scripts) — and
+// the prefix never decides a slot (it cannot hold a brace), so tenants and
+// plans spread over the masters. The suites run on a real 3-master cluster
+// too (redistest.Backends), where Redis refuses a cross-slot script.
+func TestKeysSlots(t *testing.T) {
+	t.Parallel()
+	if got := clusterSlot("123456789"); got != 12739 {
+		t.Fatalf("clusterSlot(123456789) = %d, want 12739 (the cluster spec's CRC16 check value 0x31C3)", got)
+	}
+	k, err := NewKeys(PrefixDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const taskID, planID = "task-01JD0000000000000000000000", "plan-01JD0000000000000000000000"
+	tenants := map[int]bool{}
+	for _, tenant := range []string{"t-001", "t-002", "acme", "tenant.with.dots", "x"} {
+		tk, err := k.taskKeys(tenant, taskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fence, _ := k.Fence(tenant)
+		want := clusterSlot(tenant)
+		tenants[want] = true
+		for _, key := range []string{tk.task, tk.timeline, tk.ckpt, tk.lock, tk.index, tk.history, fence} {
+			if got := clusterSlot(key); got != want {
+				t.Errorf("%s: slot %d, want the tenant's %d", key, got, want)
+			}
+		}
+		if got, want := clusterSlot(tk.ref), clusterSlot(taskID); got != want {
+			t.Errorf("%s: slot %d, want the task id's %d", tk.ref, got, want)
+		}
+	}
+	if len(tenants) < 4 {
+		t.Errorf("5 tenants share %d slots: the hash tags do not spread them", len(tenants))
+	}
+	pk, _ := k.planKeys(planID)
+	for _, key := range []string{pk.plan, pk.tasks, pk.counts} {
+		if got, want := clusterSlot(key), clusterSlot(planID); got != want {
+			t.Errorf("%s: slot %d, want the plan's %d", key, got, want)
+		}
+	}
+	// The indexes and the feed have no tag: each hashes whole, each in a
+	// slot of its own (for the default prefix; any prefix makes them
+	// distinct keys, and a collision would only put two on one master).
+	inst, _ := k.Instance("coord-a")
+	slots := map[int]string{}
+	for _, key := range []string{k.Plans(), k.Events(), k.Instances(), inst} {
+		s := clusterSlot(key)
+		if other, ok := slots[s]; ok {
+			t.Errorf("%s and %s share slot %d", key, other, s)
+		}
+		slots[s] = key
+	}
+}
