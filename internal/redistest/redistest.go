@@ -3,7 +3,8 @@
 // redis-server on a random port that a fault test may stop, pause or
 // restart, a Redis Cluster of three masters (StartCluster, or SharedCluster
 // for every test of a binary) and a Sentinel setup of one master, one
-// replica and three sentinels (StartSentinel). It also counts Redis round
+// replica and three sentinels (StartSentinel). Backends runs a suite on
+// miniredis, the real Redis and the cluster. It also counts Redis round
 // trips with a go-redis hook.
 //
 // Real-Redis tests skip with a message when no server is reachable (or
@@ -167,10 +168,13 @@ type Backend struct {
 	Mini func(t testing.TB) *miniredis.Miniredis
 }
 
-// Backends returns miniredis and the shared real Redis, so a suite can run
-// the same tests on both: for _, b := range redistest.Backends() { t.Run(b.Name, ...) }.
-// On the miniredis backend, Mini returns the server of the client made last
-// by New in that test.
+// Backends returns miniredis, the shared real Redis and a Redis Cluster of
+// three masters (SharedCluster: one per test binary, started on first use;
+// the package's TestMain calls Main to stop it), so a suite can run the
+// same tests on all three: for _, b := range redistest.Backends() {
+// t.Run(b.Name, ...) }. On the miniredis backend, Mini returns the server of
+// the client made last by New in that test. The cluster backend skips
+// (fails when Required) without redis-server and redis-cli.
 func Backends() []Backend {
 	var mu sync.Mutex
 	minis := map[testing.TB]*miniredis.Miniredis{}
@@ -195,6 +199,15 @@ func Backends() []Backend {
 			Name: "redis",
 			New: func(t testing.TB) (redis.UniversalClient, string) {
 				return Real(t)
+			},
+		},
+		{
+			Name: "cluster",
+			New: func(t testing.TB) (redis.UniversalClient, string) {
+				c := SharedCluster(t).Client(t)
+				prefix := Prefix(t)
+				t.Cleanup(func() { DeletePrefix(c, prefix) })
+				return c, prefix
 			},
 		},
 	}
