@@ -178,7 +178,8 @@
 //	PublishEvents                        1   pipelined XADDs
 //	ReadEvents                           1   XREAD (+1 XREVRANGE for "$"; a filtered read takes one
 //	                                          more per chunk, up to FeedScanFactor × Limit entries)
-//	ServerInfo, ServerRunID              1   INFO server (+ CONFIG GET × 4, pipelined)
+//	ServerInfo, ServerRunID              1   INFO server (+ CONFIG GET × 4, pipelined); on a cluster
+//	                                          CLUSTER SLOTS, then one to every master at once
 //
 // (+1, once per store or after NOSCRIPT, to load the scripts.)
 //
@@ -226,7 +227,9 @@
 // noeviction (an evicted lock, fence or record breaks the guarantees) and
 // persistence should be on. Fields Redis will not tell (CONFIG renamed,
 // disabled or not permitted; miniredis) are Unknown; ServerInfo.Warnings
-// explains each risk.
+// explains each risk. On a Redis Cluster both read every master (the run id
+// names each master's, so a restart or failover of any of them, or a master
+// joining or leaving, changes it; a warning names the master it is about).
 //
 // # Memory and Dual
 //

@@ -1,7 +1,10 @@
 package repository
 
 import (
+	"context"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +102,7 @@ func TestServerInfoOnMiniredis(t *testing.T) {
 	}
 	want := ServerInfo{Version: Unknown, Config: ServerConfig{MaxmemoryPolicy: Unknown, AppendOnly: Unknown, AppendFsync: Unknown, Save: Unknown}}
 	info.Config.Refused = ""
-	if info != want {
+	if !reflect.DeepEqual(info, want) {
 		t.Fatalf("ServerInfo = %+v, want %+v", info, want)
 	}
 	if id, err := r.ServerRunID(ctxT(t)); id != "" || err != nil {
@@ -136,5 +139,67 @@ func TestServerRunIDChangesOnRestart(t *testing.T) {
 	after, err := r.ServerRunID(ctx)
 	if err != nil || !runIDRe.MatchString(after) || after == before {
 		t.Fatalf("run id after a restart = %q (%v), before %q: want a new one", after, err, before)
+	}
+}
+
+// TestServerInfoOnCluster: on a Redis Cluster the self-check reads every
+// master; a setting one master gets wrong is a warning naming it, one they
+// all get wrong one warning for all; the run id names every master's, and
+// a master's restart changes that master's part only.
+func TestServerInfoOnCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	r, err := NewRedis(cl.Client(t), Config{Prefix: "x:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	bad := cl.Nodes[1]
+	if err := cl.NodeClient(t, bad).ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := r.ServerInfo(ctx)
+	if err != nil {
+		t.Fatalf("ServerInfo: %v", err)
+	}
+	if len(info.Masters) != 3 {
+		t.Fatalf("ServerInfo read %d masters, want 3: %+v", len(info.Masters), info)
+	}
+	if info.Config.MaxmemoryPolicy != Mixed || info.Config.AppendOnly != "no" {
+		t.Errorf("config %+v, want maxmemory-policy mixed, appendonly no", info.Config)
+	}
+	want := []string{"all 3 masters: no persistence", "master " + bad.Addr + ": maxmemory-policy is volatile-lru"}
+	warnings := info.Warnings()
+	if len(warnings) != len(want) {
+		t.Fatalf("warnings %q, want %d like %q", warnings, len(want), want)
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(warnings, func(s string) bool { return strings.HasPrefix(s, w) }) {
+			t.Errorf("warnings %q: none says %q", warnings, w)
+		}
+	}
+
+	before, err := r.ServerRunID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before != info.RunID || strings.Count(before, "=") != 3 {
+		t.Fatalf("ServerRunID %q, ServerInfo.RunID %q: want the same, naming 3 masters", before, info.RunID)
+	}
+	restarted := cl.Nodes[2]
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := cl.Restart(rctx, restarted); err != nil {
+		t.Fatal(err)
+	}
+	after, err := r.ServerRunID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range strings.Split(before, ",") {
+		changed := !strings.Contains(after, part)
+		if changed != strings.HasPrefix(part, restarted.Addr+"=") {
+			t.Errorf("run id part %q changed: %v (restarted %s): before %q after %q", part, changed, restarted.Addr, before, after)
+		}
 	}
 }

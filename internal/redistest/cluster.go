@@ -180,6 +180,17 @@ func (c *Cluster) stop() {
 	_ = os.RemoveAll(c.dir)
 }
 
+// Restart kills a node (SIGKILL) and starts it again on the same port:
+// it comes back empty (no persistence) but with its node id and slots (its
+// nodes.conf stays), with a new run id. It waits until the cluster is ok.
+func (c *Cluster) Restart(ctx context.Context, n *ClusterNode) error {
+	n.p.kill()
+	if err := n.p.start(); err != nil {
+		return err
+	}
+	return c.WaitOK(ctx)
+}
+
 // Addrs returns the masters' addresses (seed nodes for a cluster client).
 func (c *Cluster) Addrs() []string {
 	out := make([]string, len(c.Nodes))
