@@ -7,10 +7,13 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/deploycoord/deploycoord/httpapi"
 	"github.com/deploycoord/deploycoord/httpapi/console"
@@ -20,8 +23,22 @@ import (
 // variable DEPLOYCOORD_* and an equivalent flag; a flag wins over the
 // environment, which wins over the default.
 type Config struct {
-	Listen          string
-	RedisURL        string
+	Listen   string
+	RedisURL string
+	// RedisClusterAddrs are the seed nodes of a Redis Cluster;
+	// RedisSentinelAddrs and RedisSentinelMaster name a master behind
+	// Sentinel. At most one of RedisURL, RedisClusterAddrs and
+	// RedisSentinelAddrs is set (none: the embedded Redis).
+	RedisClusterAddrs   []string
+	RedisSentinelAddrs  []string
+	RedisSentinelMaster string
+	// RedisUsername, RedisPassword and RedisTLS apply to a cluster's nodes
+	// or to the master and replicas behind Sentinel (TLS to the sentinels
+	// too); a REDIS_URL carries its own.
+	RedisUsername string
+	RedisPassword string
+	RedisTLS      bool
+
 	InstanceID      string
 	KeyPrefix       string
 	LockLease       time.Duration
@@ -76,6 +93,18 @@ func settings() []setting {
 			func(c *Config, v string) error { c.Listen = v; return nil }},
 		{"redis-url", "DEPLOYCOORD_REDIS_URL", "", "Redis URL (redis://host:6379/0); empty runs an embedded in-process Redis whose state is lost on exit",
 			func(c *Config, v string) error { c.RedisURL = v; return nil }},
+		{"redis-cluster-addrs", "DEPLOYCOORD_REDIS_CLUSTER_ADDRS", "", "Redis Cluster seed nodes, comma-separated host:port (instead of a Redis URL)",
+			func(c *Config, v string) error { c.RedisClusterAddrs = splitList(v); return nil }},
+		{"redis-sentinel-addrs", "DEPLOYCOORD_REDIS_SENTINEL_ADDRS", "", "Redis Sentinel addresses, comma-separated host:port (instead of a Redis URL; with -redis-sentinel-master)",
+			func(c *Config, v string) error { c.RedisSentinelAddrs = splitList(v); return nil }},
+		{"redis-sentinel-master", "DEPLOYCOORD_REDIS_SENTINEL_MASTER", "", "name of the master the sentinels monitor",
+			func(c *Config, v string) error { c.RedisSentinelMaster = v; return nil }},
+		{"redis-username", "DEPLOYCOORD_REDIS_USERNAME", "", "Redis ACL user of a cluster or of the master behind Sentinel (a Redis URL carries its own)",
+			func(c *Config, v string) error { c.RedisUsername = v; return nil }},
+		{"redis-password", "DEPLOYCOORD_REDIS_PASSWORD", "", "Redis password of a cluster or of the master behind Sentinel; a flag shows in process listings: prefer the variable",
+			func(c *Config, v string) error { c.RedisPassword = v; return nil }},
+		{"redis-tls", "DEPLOYCOORD_REDIS_TLS", "false", "TLS to a cluster's nodes, or to the sentinels and the master (a Redis URL says rediss://)",
+			boolSetter(func(c *Config) *bool { return &c.RedisTLS })},
 		{"instance-id", "DEPLOYCOORD_INSTANCE_ID", "", "this instance's id (default <hostname>-<pid>)",
 			func(c *Config, v string) error { c.InstanceID = v; return nil }},
 		{"key-prefix", "DEPLOYCOORD_KEY_PREFIX", "executor:", "prefix of every Redis key",
@@ -249,6 +278,7 @@ func sanitizeID(s string) string {
 
 func (c Config) validate() error {
 	var errs []error
+	errs = append(errs, c.validateRedis()...)
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("DEPLOYCOORD_LISTEN %q: %w", c.Listen, err))
 	}
@@ -305,4 +335,78 @@ func printable(s string) bool {
 		}
 	}
 	return true
+}
+
+// validateRedis checks the Redis topology settings: at most one topology,
+// well-formed addresses, credentials only where they apply.
+func (c Config) validateRedis() []error {
+	var errs []error
+	var set []string
+	if c.RedisURL != "" {
+		set = append(set, "DEPLOYCOORD_REDIS_URL")
+		if _, err := redis.ParseURL(c.RedisURL); err != nil {
+			// The URL may hold a password: name the setting, not the value
+			// (a *url.Error quotes the whole URL).
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			errs = append(errs, fmt.Errorf("DEPLOYCOORD_REDIS_URL: %w", err))
+		}
+	}
+	if len(c.RedisClusterAddrs) > 0 {
+		set = append(set, "DEPLOYCOORD_REDIS_CLUSTER_ADDRS")
+	}
+	if len(c.RedisSentinelAddrs) > 0 || c.RedisSentinelMaster != "" {
+		set = append(set, "DEPLOYCOORD_REDIS_SENTINEL_ADDRS")
+	}
+	if len(set) > 1 {
+		errs = append(errs, fmt.Errorf("%s are set: a Redis topology is one of DEPLOYCOORD_REDIS_URL (one Redis), "+
+			"DEPLOYCOORD_REDIS_CLUSTER_ADDRS (Redis Cluster) or DEPLOYCOORD_REDIS_SENTINEL_ADDRS with "+
+			"DEPLOYCOORD_REDIS_SENTINEL_MASTER (Sentinel); set only one", strings.Join(set, " and ")))
+	}
+	for _, a := range c.RedisClusterAddrs {
+		if !validAddr(a) {
+			errs = append(errs, fmt.Errorf("DEPLOYCOORD_REDIS_CLUSTER_ADDRS %q: want host:port", a))
+		}
+	}
+	for _, a := range c.RedisSentinelAddrs {
+		if !validAddr(a) {
+			errs = append(errs, fmt.Errorf("DEPLOYCOORD_REDIS_SENTINEL_ADDRS %q: want host:port", a))
+		}
+	}
+	switch {
+	case len(c.RedisSentinelAddrs) > 0 && c.RedisSentinelMaster == "":
+		errs = append(errs, errors.New("DEPLOYCOORD_REDIS_SENTINEL_ADDRS needs DEPLOYCOORD_REDIS_SENTINEL_MASTER, the name of the master the sentinels monitor"))
+	case len(c.RedisSentinelAddrs) == 0 && c.RedisSentinelMaster != "":
+		errs = append(errs, errors.New("DEPLOYCOORD_REDIS_SENTINEL_MASTER needs DEPLOYCOORD_REDIS_SENTINEL_ADDRS, the sentinels' host:port"))
+	case c.RedisSentinelMaster != "" && (len(c.RedisSentinelMaster) > 128 || !printable(c.RedisSentinelMaster)):
+		errs = append(errs, fmt.Errorf("DEPLOYCOORD_REDIS_SENTINEL_MASTER %q: want a name without spaces", c.RedisSentinelMaster))
+	}
+	if len(c.RedisClusterAddrs) == 0 && len(c.RedisSentinelAddrs) == 0 {
+		for _, s := range []struct {
+			env string
+			set bool
+		}{
+			{"DEPLOYCOORD_REDIS_USERNAME", c.RedisUsername != ""},
+			{"DEPLOYCOORD_REDIS_PASSWORD", c.RedisPassword != ""},
+			{"DEPLOYCOORD_REDIS_TLS", c.RedisTLS},
+		} {
+			if s.set {
+				errs = append(errs, fmt.Errorf("%s applies to DEPLOYCOORD_REDIS_CLUSTER_ADDRS or DEPLOYCOORD_REDIS_SENTINEL_ADDRS; "+
+					"a DEPLOYCOORD_REDIS_URL carries its own (rediss://user:password@host:6379/0)", s.env))
+			}
+		}
+	}
+	return errs
+}
+
+// validAddr reports whether a is host:port with a port number.
+func validAddr(a string) bool {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil || host == "" || len(a) > 256 || !printable(a) {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n > 0 && n < 65536
 }

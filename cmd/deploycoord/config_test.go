@@ -241,3 +241,68 @@ func TestBareBooleanFlags(t *testing.T) {
 		t.Fatalf("-allow-exec=false over env true: %v %v", c.AllowExec, err)
 	}
 }
+
+func TestParseConfigRedisTopology(t *testing.T) {
+	t.Parallel()
+	t.Run("OKCluster", func(t *testing.T) {
+		t.Parallel()
+		c, err := ParseConfig([]string{"-redis-tls"}, env("DEPLOYCOORD_REDIS_CLUSTER_ADDRS=10.0.0.1:7000, 10.0.0.2:7000",
+			"DEPLOYCOORD_REDIS_USERNAME=coord", "DEPLOYCOORD_REDIS_PASSWORD=s3cret"), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(c.RedisClusterAddrs, []string{"10.0.0.1:7000", "10.0.0.2:7000"}) || c.RedisUsername != "coord" ||
+			c.RedisPassword != "s3cret" || !c.RedisTLS || c.RedisURL != "" {
+			t.Fatalf("cluster config %+v", c)
+		}
+	})
+	t.Run("OKSentinel", func(t *testing.T) {
+		t.Parallel()
+		c, err := ParseConfig([]string{"-redis-sentinel-addrs", "s1:26379,s2:26379,s3:26379", "-redis-sentinel-master", "mymaster"},
+			env(), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.RedisSentinelAddrs) != 3 || c.RedisSentinelMaster != "mymaster" || len(c.RedisClusterAddrs) != 0 {
+			t.Fatalf("sentinel config %+v", c)
+		}
+	})
+	tests := []struct {
+		name string
+		args []string
+		env  []string
+		want []string
+	}{
+		{"ErrURLAndCluster", nil, []string{"DEPLOYCOORD_REDIS_URL=redis://10.0.0.1:6379/0", "DEPLOYCOORD_REDIS_CLUSTER_ADDRS=10.0.0.1:7000"},
+			[]string{"DEPLOYCOORD_REDIS_URL and DEPLOYCOORD_REDIS_CLUSTER_ADDRS are set", "set only one"}},
+		{"ErrClusterAndSentinel", []string{"-redis-cluster-addrs", "a:1"}, []string{"DEPLOYCOORD_REDIS_SENTINEL_ADDRS=s:26379", "DEPLOYCOORD_REDIS_SENTINEL_MASTER=m"},
+			[]string{"DEPLOYCOORD_REDIS_CLUSTER_ADDRS and DEPLOYCOORD_REDIS_SENTINEL_ADDRS are set"}},
+		{"ErrURLAndSentinelMasterOnly", []string{"-redis-url", "redis://h:1", "-redis-sentinel-master", "m"}, nil,
+			[]string{"DEPLOYCOORD_REDIS_URL and DEPLOYCOORD_REDIS_SENTINEL_ADDRS are set", "DEPLOYCOORD_REDIS_SENTINEL_MASTER needs DEPLOYCOORD_REDIS_SENTINEL_ADDRS"}},
+		{"ErrSentinelWithoutMaster", nil, []string{"DEPLOYCOORD_REDIS_SENTINEL_ADDRS=s:26379"}, []string{"needs DEPLOYCOORD_REDIS_SENTINEL_MASTER"}},
+		{"ErrClusterAddr", nil, []string{"DEPLOYCOORD_REDIS_CLUSTER_ADDRS=10.0.0.1:7000,10.0.0.2"}, []string{`DEPLOYCOORD_REDIS_CLUSTER_ADDRS "10.0.0.2": want host:port`}},
+		{"ErrSentinelAddrPort", nil, []string{"DEPLOYCOORD_REDIS_SENTINEL_ADDRS=s:port", "DEPLOYCOORD_REDIS_SENTINEL_MASTER=m"}, []string{`DEPLOYCOORD_REDIS_SENTINEL_ADDRS "s:port"`}},
+		{"ErrPasswordWithURL", nil, []string{"DEPLOYCOORD_REDIS_URL=redis://h:6379", "DEPLOYCOORD_REDIS_PASSWORD=x"},
+			[]string{"DEPLOYCOORD_REDIS_PASSWORD applies to DEPLOYCOORD_REDIS_CLUSTER_ADDRS or DEPLOYCOORD_REDIS_SENTINEL_ADDRS"}},
+		{"ErrTLSWithEmbedded", []string{"-redis-tls"}, nil, []string{"DEPLOYCOORD_REDIS_TLS applies to"}},
+		{"ErrURLScheme", nil, []string{"DEPLOYCOORD_REDIS_URL=http://user:hunter2@h:6379"}, []string{"DEPLOYCOORD_REDIS_URL: ", "invalid URL scheme"}},
+		{"ErrURLPort", nil, []string{"DEPLOYCOORD_REDIS_URL=redis://user:hunter2@h:port"}, []string{"DEPLOYCOORD_REDIS_URL: ", "invalid port"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := ParseConfig(tt.args, env(tt.env...), io.Discard)
+			if err == nil {
+				t.Fatal("ParseConfig accepted the configuration")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("error %q shows the URL's password", err)
+			}
+		})
+	}
+}

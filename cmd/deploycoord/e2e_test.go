@@ -691,6 +691,8 @@ func TestE2ECommandLine(t *testing.T) {
 		{"BadEnvExitsTwo", nil, []string{"DEPLOYCOORD_LOCK_LEASE=10ms"}, 2, []string{"DEPLOYCOORD_LOCK_LEASE"}},
 		{"BadFlagExitsTwo", []string{"-log-format", "xml"}, nil, 2, []string{"DEPLOYCOORD_LOG_FORMAT"}},
 		{"ArgumentsExitTwo", []string{"serve"}, nil, 2, []string{"unexpected arguments"}},
+		{"TwoRedisTopologiesExitTwo", []string{"-redis-cluster-addrs", "127.0.0.1:7000"}, []string{"DEPLOYCOORD_REDIS_URL=redis://127.0.0.1:6379/0"},
+			2, []string{"DEPLOYCOORD_REDIS_URL and DEPLOYCOORD_REDIS_CLUSTER_ADDRS are set", "set only one"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,8 @@
 //
 //	go run ./cmd/deploycoord            # embedded in-process Redis, state lost on exit
 //	DEPLOYCOORD_REDIS_URL=redis://127.0.0.1:6379/0 deploycoord
+//	DEPLOYCOORD_REDIS_CLUSTER_ADDRS=10.0.0.1:6379,10.0.0.2:6379 deploycoord
+//	DEPLOYCOORD_REDIS_SENTINEL_ADDRS=10.0.0.1:26379,10.0.0.2:26379 DEPLOYCOORD_REDIS_SENTINEL_MASTER=mymaster deploycoord
 //
 // Every setting has a DEPLOYCOORD_* environment variable and an equivalent
 // flag (deploycoord -h lists them).
@@ -10,6 +12,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -80,11 +84,17 @@ type Main struct {
 	stdout, stderr io.Writer
 	mini           *miniredis.Miniredis
 	stopMini       chan struct{}
-	client         *redis.Client
-	store          *repository.Dual
-	coord          *facade.Coordinator
-	server         *http.Server
-	served         chan error
+	// client is a *redis.Client (a URL, the embedded Redis, or Sentinel's
+	// failover client) or a *redis.ClusterClient; redisAddr names it in
+	// logs (no credentials), redisPool is its pool size (per node on a
+	// cluster).
+	client    redis.UniversalClient
+	redisAddr string
+	redisPool int
+	store     *repository.Dual
+	coord     *facade.Coordinator
+	server    *http.Server
+	served    chan error
 	// metrics is what the server measures (GET /metrics); selfCheck the
 	// Redis self-check GET /readyz shows.
 	metrics   *metrics.Recorder
@@ -217,7 +227,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	handler := httpapi.New(m.coord, httpapi.Config{
 		Logger: &log, MaxBodyBytes: c.MaxBodyBytes, Version: Version,
-		Ready:       func(ctx context.Context) error { return m.client.Ping(ctx).Err() },
+		Ready:       m.ping,
 		ReadyDetail: m.readyDetail,
 		Tokens:      c.Tokens, TrustedProxies: c.TrustedProxies, RateLimit: c.RateLimit, RateWindow: c.RateWindow,
 		MaxInFlight: c.MaxInFlight, Idempotency: redisStore.Idempotency(), IdempotencyTTL: c.IdempotencyTTL,
@@ -239,7 +249,7 @@ func (m *Main) Run(ctx context.Context) error {
 	go func() { m.served <- m.server.Serve(ln) }()
 	m.Log.Info().Str("addr", m.Addr).Str("advertise_addr", advertise).Str("version", Version).Str("key_prefix", c.KeyPrefix).
 		Dur("lock_lease", c.LockLease).Int("pipelines", len(pipelines)).Bool("single_instance", c.SingleInstance).
-		Int("redis_pool_size", m.client.Options().PoolSize).Str("console", home).Msg("listening")
+		Str("redis", m.redisAddr).Int("redis_pool_size", m.redisPool).Str("console", home).Msg("listening")
 	return nil
 }
 
@@ -336,6 +346,56 @@ func (s *selfCheck) report(ctx context.Context) *httpapi.SelfCheck {
 }
 
 func (m *Main) openRedis(ctx context.Context) error {
+	c := m.Config
+	switch {
+	case len(c.RedisClusterAddrs) > 0:
+		// PoolSize is per node; MaxRedirects is go-redis' default (3): a
+		// MOVED or ASK during a reshard is followed by the client.
+		m.client = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: c.RedisClusterAddrs, Username: c.RedisUsername, Password: c.RedisPassword, TLSConfig: m.redisTLS(),
+			ContextTimeoutEnabled: true, PoolSize: redisPoolSize(),
+		})
+		m.redisAddr = strings.Join(c.RedisClusterAddrs, ",")
+	case len(c.RedisSentinelAddrs) > 0:
+		// The failover client asks the sentinels for the master and follows
+		// a failover (+switch-master); no command goes to a replica.
+		m.client = redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: c.RedisSentinelMaster, SentinelAddrs: c.RedisSentinelAddrs,
+			Username: c.RedisUsername, Password: c.RedisPassword, TLSConfig: m.redisTLS(),
+			ContextTimeoutEnabled: true, PoolSize: redisPoolSize(),
+		})
+		m.redisAddr = c.RedisSentinelMaster + "@" + strings.Join(c.RedisSentinelAddrs, ",")
+	default:
+		if err := m.openURL(); err != nil {
+			return err
+		}
+	}
+	m.redisPool = redisPoolSize()
+	if o, ok := m.client.(*redis.Client); ok {
+		m.redisPool = o.Options().PoolSize
+	}
+	m.client.AddHook(repository.NewCommandHook(m.metrics.RedisCommand))
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := m.ping(pctx); err != nil {
+		m.Log.Error().Err(err).Str("redis", m.redisAddr).Msg("redis unreachable at start; queries will fail until it answers")
+	}
+	return nil
+}
+
+// redisTLS is the TLS configuration of a cluster or Sentinel connection
+// (nil without DEPLOYCOORD_REDIS_TLS). The server name is each address's
+// host.
+func (m *Main) redisTLS() *tls.Config {
+	if !m.Config.RedisTLS {
+		return nil
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12}
+}
+
+// openURL connects to DEPLOYCOORD_REDIS_URL, or starts the embedded Redis
+// when it is empty.
+func (m *Main) openURL() error {
 	url := m.Config.RedisURL
 	if url == "" {
 		m.mini = miniredis.NewMiniRedis()
@@ -366,13 +426,22 @@ func (m *Main) openRedis(ctx context.Context) error {
 		opts.PoolSize = redisPoolSize()
 	}
 	m.client = redis.NewClient(opts)
-	m.client.AddHook(repository.NewCommandHook(m.metrics.RedisCommand))
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := m.client.Ping(pctx).Err(); err != nil {
-		m.Log.Error().Err(err).Str("redis", opts.Addr).Msg("redis unreachable at start; queries will fail until it answers")
-	}
+	m.redisAddr = opts.Addr
 	return nil
+}
+
+// ping checks that Redis answers: every master of a cluster (a PING to
+// one node says nothing of the others' slots), the master behind Sentinel.
+func (m *Main) ping(ctx context.Context) error {
+	if cc, ok := m.client.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			if err := c.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("master %s: %w", c.Options().Addr, err)
+			}
+			return nil
+		})
+	}
+	return m.client.Ping(ctx).Err()
 }
 
 // redisPoolSize is the default size of the Redis connection pool: go-redis'

@@ -154,7 +154,6 @@ func TestRunErrors(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"ErrRedisURL", []string{"-redis-url", "mysql://db:3306"}, []string{"DEPLOYCOORD_REDIS_URL"}},
 		{"ErrKeyPrefix", []string{"-key-prefix", "prod executor"}, []string{"key prefix"}},
 		{"ErrPipelinesFile", []string{"-pipelines", "/nonexistent/pipelines.yaml"}, []string{"pipelines", "/nonexistent/pipelines.yaml"}},
 		{"ErrInlineHost", []string{"-inline-http-hosts", "http://cfg.internal"}, []string{"stage settings", "inline http host"}},

@@ -275,7 +275,7 @@ func TestWiringMetricsAndLongPoll(t *testing.T) {
 	t.Parallel()
 	_, prefix := redistest.Real(t) // skips without a Redis; deletes the prefix after
 	m, _ := startWired(t, nil, "-redis-url", "redis://"+redistest.Addr(), "-key-prefix", prefix, "-lock-lease", "2s")
-	if got, want := m.client.Options().PoolSize, 10*runtime.GOMAXPROCS(0)+httpapi.MaxLongPollsDefault; got != want {
+	if got, want := m.redisPool, 10*runtime.GOMAXPROCS(0)+httpapi.MaxLongPollsDefault; got != want {
 		t.Errorf("Redis pool size = %d, want %d", got, want)
 	}
 
