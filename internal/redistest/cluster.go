@@ -335,6 +335,61 @@ func (c *Cluster) Reshard(ctx context.Context, from, to *ClusterNode, count int)
 	return c.WaitOK(ctx)
 }
 
+// MigrateSlot moves one slot and its keys to a master the way redis-cli
+// --cluster reshard does, while clients go on: SETSLOT IMPORTING on the
+// target and MIGRATING on the source (clients get ASK for keys already
+// moved), MIGRATE of the slot's keys ten at a time, then SETSLOT NODE on
+// every node (clients get MOVED). It waits until the nodes agree.
+func (c *Cluster) MigrateSlot(ctx context.Context, slot int, to *ClusterNode) error {
+	from, err := c.Owner(ctx, slot)
+	if err != nil || from == to {
+		return err
+	}
+	fc := redis.NewClient(&redis.Options{Addr: from.Addr})
+	defer fc.Close()
+	tc := redis.NewClient(&redis.Options{Addr: to.Addr})
+	defer tc.Close()
+	if err := tc.Do(ctx, "cluster", "setslot", slot, "importing", from.ID).Err(); err != nil {
+		return fmt.Errorf("SETSLOT %d IMPORTING on %s: %w", slot, to.Addr, err)
+	}
+	if err := fc.Do(ctx, "cluster", "setslot", slot, "migrating", to.ID).Err(); err != nil {
+		return fmt.Errorf("SETSLOT %d MIGRATING on %s: %w", slot, from.Addr, err)
+	}
+	host, port, _ := net.SplitHostPort(to.Addr)
+	for {
+		keys, err := fc.ClusterGetKeysInSlot(ctx, slot, 10).Result()
+		if err != nil {
+			return fmt.Errorf("GETKEYSINSLOT %d on %s: %w", slot, from.Addr, err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"migrate", host, port, "", 0, 5000, "keys"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := fc.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("MIGRATE of slot %d from %s: %w", slot, from.Addr, err)
+		}
+	}
+	// The target first, then the source (as redis-cli), then the others.
+	order := []*ClusterNode{to, from}
+	for _, n := range c.Nodes {
+		if n != to && n != from {
+			order = append(order, n)
+		}
+	}
+	for _, n := range order {
+		nc := redis.NewClient(&redis.Options{Addr: n.Addr})
+		err := nc.Do(ctx, "cluster", "setslot", slot, "node", to.ID).Err()
+		_ = nc.Close()
+		if err != nil {
+			return fmt.Errorf("SETSLOT %d NODE on %s: %w", slot, n.Addr, err)
+		}
+	}
+	return c.WaitOK(ctx)
+}
+
 // KeysPerNode counts the keys under prefix that each master holds (SCAN
 // MATCH on every master: tests may scan, the product may not).
 func (c *Cluster) KeysPerNode(ctx context.Context, prefix string) (map[string]int, error) {

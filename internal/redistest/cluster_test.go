@@ -69,6 +69,30 @@ func TestClusterSpreadsAndReshards(t *testing.T) {
 	if count(after) != count(before)+500 {
 		t.Fatalf("first master serves %v after the reshard, %v before: want 500 slots more", after, before)
 	}
+	// Migrate one key's slot to another master, the key kept.
+	key := prefix + "k:{7}"
+	slot, err := cl.Slot(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, err := cl.Owner(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := c.Get(ctx, key).Result()
+	to := cl.Nodes[0]
+	if owner == to {
+		to = cl.Nodes[2]
+	}
+	if err := cl.MigrateSlot(ctx, slot, to); err != nil {
+		t.Fatal(err)
+	}
+	if now, err := cl.Owner(ctx, slot); err != nil || now != to {
+		t.Fatalf("slot %d served by %v (%v) after MigrateSlot, want %s", slot, now, err, to.Addr)
+	}
+	if got, err := c.Get(ctx, key).Result(); err != nil || got != want {
+		t.Fatalf("%s after MigrateSlot: %q (%v), want %q", key, got, err, want)
+	}
 	keys, err := redistest.KeysUnder(ctx, c, prefix)
 	if err != nil || len(keys) != n {
 		t.Fatalf("KeysUnder after the reshard: %d keys, %v; want %d", len(keys), err, n)
