@@ -1,32 +1,10 @@
 package repository
 
 import (
-	"strings"
 	"testing"
-)
 
-// clusterSlot is Redis Cluster's hash slot of key: CRC16 (XMODEM) of the
-// hash tag — the text between the first "{" and the next "}", when not
-// empty — or of the whole key, modulo 16384.
-func clusterSlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for b := 0; b < 8; b++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
-}
+	"github.com/deploycoord/deploycoord/internal/redistest"
+)
 
 // TestKeysSlots: on a Redis Cluster every script may touch one slot only.
 // The keys one script gets together share a slot — a task's keys, its
@@ -38,8 +16,8 @@ func clusterSlot(key string) int {
 // too (redistest.Backends), where Redis refuses a cross-slot script.
 func TestKeysSlots(t *testing.T) {
 	t.Parallel()
-	if got := clusterSlot("123456789"); got != 12739 {
-		t.Fatalf("clusterSlot(123456789) = %d, want 12739 (the cluster spec's CRC16 check value 0x31C3)", got)
+	if got := redistest.KeySlot("123456789"); got != 12739 {
+		t.Fatalf("redistest.KeySlot(123456789) = %d, want 12739 (the cluster spec's CRC16 check value 0x31C3)", got)
 	}
 	k, err := NewKeys(PrefixDefault)
 	if err != nil {
@@ -53,14 +31,14 @@ func TestKeysSlots(t *testing.T) {
 			t.Fatal(err)
 		}
 		fence, _ := k.Fence(tenant)
-		want := clusterSlot(tenant)
+		want := redistest.KeySlot(tenant)
 		tenants[want] = true
 		for _, key := range []string{tk.task, tk.timeline, tk.ckpt, tk.lock, tk.index, tk.history, fence} {
-			if got := clusterSlot(key); got != want {
+			if got := redistest.KeySlot(key); got != want {
 				t.Errorf("%s: slot %d, want the tenant's %d", key, got, want)
 			}
 		}
-		if got, want := clusterSlot(tk.ref), clusterSlot(taskID); got != want {
+		if got, want := redistest.KeySlot(tk.ref), redistest.KeySlot(taskID); got != want {
 			t.Errorf("%s: slot %d, want the task id's %d", tk.ref, got, want)
 		}
 	}
@@ -69,7 +47,7 @@ func TestKeysSlots(t *testing.T) {
 	}
 	pk, _ := k.planKeys(planID)
 	for _, key := range []string{pk.plan, pk.tasks, pk.counts} {
-		if got, want := clusterSlot(key), clusterSlot(planID); got != want {
+		if got, want := redistest.KeySlot(key), redistest.KeySlot(planID); got != want {
 			t.Errorf("%s: slot %d, want the plan's %d", key, got, want)
 		}
 	}
@@ -79,7 +57,7 @@ func TestKeysSlots(t *testing.T) {
 	inst, _ := k.Instance("coord-a")
 	slots := map[int]string{}
 	for _, key := range []string{k.Plans(), k.Events(), k.Instances(), inst} {
-		s := clusterSlot(key)
+		s := redistest.KeySlot(key)
 		if other, ok := slots[s]; ok {
 			t.Errorf("%s and %s share slot %d", key, other, s)
 		}

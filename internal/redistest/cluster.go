@@ -271,6 +271,29 @@ func slotsString(slots []redis.ClusterSlot) string {
 	return strings.Join(parts, ";")
 }
 
+// KeySlot is Redis Cluster's hash slot of key, computed here: CRC16
+// (XMODEM) of the hash tag — the text between the first "{" and the next
+// "}", when not empty — or of the whole key, modulo 16384.
+func KeySlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
 // Slot returns the hash slot of key (CLUSTER KEYSLOT).
 func (c *Cluster) Slot(ctx context.Context, key string) (int, error) {
 	cl := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr})

@@ -151,3 +151,24 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatalf("new master holds %q (%v), want after", v, err)
 	}
 }
+
+// TestKeySlot: KeySlot agrees with the cluster spec's check value and with
+// CLUSTER KEYSLOT.
+func TestKeySlot(t *testing.T) {
+	t.Parallel()
+	if got := redistest.KeySlot("123456789"); got != 12739 {
+		t.Fatalf("KeySlot(123456789) = %d, want 12739 (CRC16 check value 0x31C3 mod 16384)", got)
+	}
+	cl := redistest.SharedCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, k := range []string{"x", "executor:events", "p:task:{t-001}:task-01", "a{}b", "{}{t}", "p:{a}:{b}", "{"} {
+		want, err := cl.Slot(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := redistest.KeySlot(k); got != want {
+			t.Errorf("KeySlot(%q) = %d, CLUSTER KEYSLOT says %d", k, got, want)
+		}
+	}
+}
