@@ -1,0 +1,332 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/deploycoord/deploycoord/httpapi"
+	"github.com/deploycoord/deploycoord/internal/redistest"
+)
+
+// The binary on the two other Redis topologies (API.md "Redis topology",
+// DESIGN §8): a 3-master Redis Cluster that the test reshards during a
+// plan, and a master with a replica behind three sentinels that the test
+// kills mid-plan. Each logs "FIGURE <test>: <what> = <value>" for
+// docs/operations.md.
+
+// recTarget is a deployment target that records every stage call, answers
+// 500 for the tenant stages told to fail, can make a stage slow, and counts
+// the calls of a tenant that were in flight at the same time (with one
+// tenant lock there must be none).
+type recTarget struct {
+	t   *testing.T
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	calls    []*stageCall
+	fail     map[string]bool // "<tenant>/<stage>"
+	delay    map[string]time.Duration
+	inflight map[string]int
+	overlaps []string
+}
+
+func newRecTarget(t *testing.T) *recTarget {
+	tg := &recTarget{t: t, fail: map[string]bool{}, delay: map[string]time.Duration{}, inflight: map[string]int{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/tenants/{tenant}/{stage}", tg.serve)
+	tg.srv = httptest.NewServer(mux)
+	t.Cleanup(func() {
+		tg.srv.CloseClientConnections()
+		tg.srv.Close()
+		if t.Failed() {
+			for _, c := range tg.snapshot() {
+				t.Logf("[target] %s", c)
+			}
+		}
+	})
+	return tg
+}
+
+func (tg *recTarget) serve(w http.ResponseWriter, r *http.Request) {
+	c := &stageCall{Tenant: r.PathValue("tenant"), Stage: r.PathValue("stage"), Key: r.Header.Get("Idempotency-Key"),
+		Start: time.Now(), Open: true}
+	if parts := strings.Split(c.Key, "/"); len(parts) == 3 {
+		c.TaskID = parts[0]
+	}
+	tg.mu.Lock()
+	tg.calls = append(tg.calls, c)
+	if tg.inflight[c.Tenant] > 0 {
+		tg.overlaps = append(tg.overlaps, c.String())
+	}
+	tg.inflight[c.Tenant]++
+	delay, fail := tg.delay[c.Stage], tg.fail[c.Tenant+"/"+c.Stage]
+	tg.mu.Unlock()
+	cut := false
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+			cut = true
+		}
+	}
+	tg.mu.Lock()
+	tg.inflight[c.Tenant]--
+	c.End, c.Open, c.Cut = time.Now(), false, cut
+	tg.mu.Unlock()
+	if cut {
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if fail {
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = fmt.Fprintf(w, `{"error":"%s/%s is set to fail"}`, c.Tenant, c.Stage)
+		return
+	}
+	_, _ = fmt.Fprintf(w, `{"tenant":%q,"stage":%q}`, c.Tenant, c.Stage)
+}
+
+func (tg *recTarget) stage(name string) map[string]any {
+	return map[string]any{"name": name, "kind": "http", "timeout": "30s",
+		"http": map[string]any{"method": "POST", "url": tg.srv.URL + "/tenants/{{.TenantID}}/" + name}}
+}
+
+func (tg *recTarget) setFail(tenant, stage string, fail bool) {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	tg.fail[tenant+"/"+stage] = fail
+}
+
+func (tg *recTarget) setDelay(stage string, d time.Duration) {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	tg.delay[stage] = d
+}
+
+func (tg *recTarget) snapshot() []stageCall {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	out := make([]stageCall, len(tg.calls))
+	for i, c := range tg.calls {
+		out[i] = *c
+	}
+	return out
+}
+
+// count returns how many calls of tenant's stage the target answered
+// (calls cut by the caller are left out).
+func (tg *recTarget) count(tenant, stage string) int {
+	n := 0
+	for _, c := range tg.snapshot() {
+		if c.Tenant == tenant && c.Stage == stage && !c.Cut && !c.Open {
+			n++
+		}
+	}
+	return n
+}
+
+// overlapping returns the calls that began while another call of the same
+// tenant was in flight.
+func (tg *recTarget) overlapping() []string {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	return slices.Clone(tg.overlaps)
+}
+
+// TestE2ERedisCluster: the binary on a 3-master Redis Cluster runs a plan
+// whose keys land on every master, while slots the plan uses move: the
+// slots of tenants whose stage call is in flight and the plan's own slot
+// (record, counts, task list) are migrated to other masters (MIGRATE: the
+// instances meet ASK, then MOVED), and the slots of the plan's last tenants
+// are resharded with redis-cli --cluster reshard. Every stage runs exactly
+// once, no two calls of a tenant overlap, the counts equal the records; a
+// failed tenant is retried from its checkpoint on the other instance.
+func TestE2ERedisCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	prefix := redistest.Prefix(t)
+	env := []string{
+		"DEPLOYCOORD_REDIS_CLUSTER_ADDRS=" + strings.Join(cl.Addrs(), ","),
+		"DEPLOYCOORD_KEY_PREFIX=" + prefix,
+		"DEPLOYCOORD_LISTEN=127.0.0.1:0",
+		"DEPLOYCOORD_INLINE_HTTP_HOSTS=127.0.0.1",
+		"DEPLOYCOORD_LOCK_LEASE=3s",
+		"DEPLOYCOORD_RATE_LIMIT=off",
+	}
+	tg := newRecTarget(t)
+	tg.setDelay("push", 400*time.Millisecond)
+	a := startNode(t, "cl-a", env)
+	b := startNode(t, "cl-b", env)
+	d := &drill{t: t, name: "E2ERedisCluster"}
+
+	// The tenants: 24 anywhere, then 6 whose slots are among the lowest 200
+	// of the second master (the hash tag is the tenant id, so a tenant's slot
+	// is its id's); those come last in the plan, and are resharded to the
+	// third master while the plan runs.
+	from, to := cl.Nodes[1], cl.Nodes[2]
+	ranges, err := cl.Slots(ctx, from)
+	if err != nil || len(ranges) != 1 {
+		t.Fatalf("second master serves %v (%v), want one range", ranges, err)
+	}
+	const reshardSlots = 200
+	low := func(id string) bool {
+		s := redistest.KeySlot(id)
+		return s >= ranges[0][0] && s < ranges[0][0]+reshardSlots
+	}
+	var ids, moving []string
+	for i := 0; len(ids) < 24 || len(moving) < 6; i++ {
+		id := fmt.Sprintf("ct-%04d", i)
+		switch {
+		case low(id) && len(moving) < 6:
+			moving = append(moving, id)
+		case !low(id) && len(ids) < 24:
+			ids = append(ids, id)
+		}
+	}
+	ids = append(ids, moving...)
+	perMaster := map[string]int{}
+	for _, id := range ids {
+		n, err := cl.Owner(ctx, redistest.KeySlot(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		perMaster[n.Addr]++
+	}
+	if len(perMaster) != 3 {
+		t.Fatalf("the plan's tenants live on %d masters, want 3: %v", len(perMaster), perMaster)
+	}
+	other := func(n *redistest.ClusterNode) *redistest.ClusterNode {
+		for _, o := range cl.Nodes {
+			if o != n {
+				return o
+			}
+		}
+		return nil
+	}
+
+	const bad = "ct-0005"
+	if !slices.Contains(ids[:24], bad) {
+		t.Fatalf("tenant %s is not among the first 24: %v", bad, ids)
+	}
+	tg.setFail(bad, "verify", true)
+	p := a.createPlan(map[string]any{
+		"name":           "on-a-cluster",
+		"stages":         []any{tg.stage("push"), tg.stage("verify")},
+		"tenants":        tenants(ids...),
+		"maxConcurrency": 4,
+	})
+
+	// While push calls are in flight: migrate those tenants' slots and the
+	// plan's slot to other masters.
+	var inFlight []string
+	until(t, 20*time.Second, func() (bool, string) {
+		inFlight = inFlight[:0]
+		for _, c := range tg.snapshot() {
+			if c.Open && c.Stage == "push" {
+				inFlight = append(inFlight, c.Tenant)
+			}
+		}
+		return len(inFlight) >= 2, fmt.Sprintf("%d push calls in flight", len(inFlight))
+	})
+	inFlight = inFlight[:2]
+	began := time.Now()
+	for _, key := range []string{inFlight[0], inFlight[1], p.PlanID} {
+		slot := redistest.KeySlot(key)
+		n, err := cl.Owner(ctx, slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.MigrateSlot(ctx, slot, other(n)); err != nil {
+			t.Fatalf("migrate slot %d of %s: %v", slot, key, err)
+		}
+		if now, _ := cl.Owner(ctx, slot); now == n {
+			t.Fatalf("slot %d of %s still on %s after MigrateSlot", slot, key, n.Addr)
+		}
+	}
+	d.figure("3 slots migrated (2 tenants mid-stage, the plan) in", time.Since(began))
+	for _, id := range inFlight {
+		if n := tg.count(id, "push"); n != 0 {
+			t.Errorf("the push call of %s ended before its slot had moved: the migration did not happen mid-stage", id)
+		}
+	}
+
+	began = time.Now()
+	if err := cl.Reshard(ctx, from, to, reshardSlots); err != nil {
+		t.Fatalf("reshard %d slots: %v", reshardSlots, err)
+	}
+	d.figure(fmt.Sprintf("reshard of %d slots holding the plan's last %d tenants", reshardSlots, len(moving)), time.Since(began))
+	pending := 0
+	for _, id := range moving {
+		if n, err := cl.Owner(ctx, redistest.KeySlot(id)); err != nil || n != to {
+			t.Errorf("tenant %s is served by %v after the reshard, want %s", id, n, to.Addr)
+		}
+		if tg.count(id, "verify") == 0 {
+			pending++
+		}
+	}
+	d.figure("of the resharded tenants, tasks not finished when the reshard ended", pending)
+	if pending == 0 {
+		t.Errorf("every resharded tenant had finished before its slot moved: the reshard did not happen during the plan")
+	}
+
+	p = a.waitPlan(p.PlanID, 60*time.Second, "FAILED")
+	if p.Counts["COMPLETED"] != len(ids)-1 || p.Counts["FAILED"] != 1 {
+		t.Fatalf("plan counts %v, want %d COMPLETED and 1 FAILED", p.Counts, len(ids)-1)
+	}
+	checkCounts(t, b, p.PlanID)
+	for _, id := range ids {
+		for _, stage := range []string{"push", "verify"} {
+			if n := tg.count(id, stage); n != 1 {
+				t.Errorf("target answered %s/%s %d times, want once", id, stage, n)
+			}
+		}
+	}
+	if o := tg.overlapping(); len(o) != 0 {
+		t.Errorf("calls of one tenant overlapped: %q", o)
+	}
+
+	// The failed tenant, retried from its checkpoint on the other instance.
+	tk := b.task(bad)
+	if tk.Status != "FAILED" || tk.Checkpoint == nil || !slices.Equal(tk.Checkpoint.CompletedStages, []string{"push"}) {
+		t.Fatalf("task of %s: status %s checkpoint %+v, want FAILED after push", bad, tk.Status, tk.Checkpoint)
+	}
+	tg.setFail(bad, "verify", false)
+	retried := must[httpapi.TaskDetail](b, "POST", "/v1/tenants/"+bad+"/retry",
+		map[string]any{"reason": "cluster e2e: target fixed", "fromCheckpoint": true, "expectedAttempt": 1}, http.StatusAccepted)
+	if retried.Attempt != 2 || retried.Owner != "cl-b" {
+		t.Fatalf("retry answered attempt %d owner %s, want 2 cl-b", retried.Attempt, retried.Owner)
+	}
+	b.waitPlan(p.PlanID, 30*time.Second, "COMPLETED")
+	if push, verify := tg.count(bad, "push"), tg.count(bad, "verify"); push != 1 || verify != 2 {
+		t.Errorf("target answered %s push %d and verify %d times, want 1 and 2 (only the failed stage re-runs)", bad, push, verify)
+	}
+	if ck := a.checkpoint(bad); !slices.Equal(ck.CompletedStages, []string{"push", "verify"}) {
+		t.Errorf("checkpoint of %s: %v, want push and verify", bad, ck.CompletedStages)
+	}
+	checkCounts(t, a, p.PlanID)
+
+	// The plan's keys are on every master (tests may SCAN; the product does not).
+	keys, err := cl.KeysPerNode(ctx, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, n := range cl.Nodes {
+		if keys[n.Addr] == 0 {
+			t.Errorf("master %s holds none of the plan's keys: %v", n.Addr, keys)
+		}
+		total += keys[n.Addr]
+	}
+	d.figure("keys under the prefix per master (after the plan)",
+		fmt.Sprint(keys[cl.Nodes[0].Addr], "/", keys[cl.Nodes[1].Addr], "/", keys[cl.Nodes[2].Addr], " of ", total))
+	a.stop()
+	b.stop()
+}
