@@ -106,7 +106,22 @@ func (c *Coordinator) checkRunID() {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RestartPoll)
 	defer cancel()
 	id, err := c.cfg.ServerRunID(ctx)
-	if err != nil || id == "" {
+	if err != nil {
+		return
+	}
+	c.ObserveRunID(id)
+}
+
+// ObserveRunID takes id as the Redis server's run id, seen now: a change
+// from the one seen last is a restart or failover, and no stage starts for
+// one lease, as when the periodic check (Config.ServerRunID) finds it. The
+// server wiring calls it on every new Redis connection, before the
+// connection carries a command: after a failover every connection is new,
+// so the change is seen before the first write reaches the new server,
+// where the once-a-second check alone leaves up to a second in which a
+// stage can start. "" (a server that does not tell) is ignored.
+func (c *Coordinator) ObserveRunID(id string) {
+	if id == "" {
 		return
 	}
 	c.mu.Lock()

@@ -290,6 +290,32 @@ func (r *Redis) ServerRunID(ctx context.Context) (string, error) {
 	return clusterInfo(masters).RunID, nil
 }
 
+// RunIDOnConnect returns a go-redis OnConnect function (redis.Options,
+// FailoverOptions) that reads the run id of the server each new connection
+// reaches (INFO server, one round trip per connection, not per command)
+// and hands it to observe before the connection carries a command: after a
+// restart or a Sentinel failover every connection is new, so the change is
+// seen before the first write reaches the new server. It never fails a
+// connection: a server that does not answer INFO (miniredis) is observed
+// as "". go-redis runs the same function on its connections to the
+// sentinels, and a cluster node's run id is not the cluster's
+// (ServerRunID polls every master): a server whose redis_mode is sentinel
+// or cluster is not observed.
+func RunIDOnConnect(observe func(runID string)) func(context.Context, *redis.Conn) error {
+	return func(ctx context.Context, cn *redis.Conn) error {
+		v, err := cn.Info(ctx, "server").Result()
+		if err != nil {
+			return nil
+		}
+		fields := parseInfo(v)
+		if mode := fields["redis_mode"]; mode == "sentinel" || mode == "cluster" {
+			return nil
+		}
+		observe(fields["run_id"])
+		return nil
+	}
+}
+
 // parseInfo reads the "field:value" lines of an INFO reply.
 func parseInfo(s string) map[string]string {
 	out := map[string]string{}

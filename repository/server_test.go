@@ -203,3 +203,40 @@ func TestServerInfoOnCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestRunIDOnConnect: every new connection reports the run id of the server
+// it reached, before it carries a command, so a restart is seen on the
+// first connection to the new server.
+func TestRunIDOnConnect(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	seen := make(chan string, 100)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, PoolSize: 1,
+		OnConnect: RunIDOnConnect(func(id string) { seen <- id })})
+	t.Cleanup(func() { _ = c.Close() })
+	r, err := NewRedis(c, Config{Prefix: "x:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	before, err := r.ServerRunID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-seen; got != before {
+		t.Fatalf("first connection observed run id %q, INFO says %q", got, before)
+	}
+	srv.Restart()
+	for c.Ping(ctx).Err() != nil { // the pooled connection died with the server
+		time.Sleep(10 * time.Millisecond)
+	}
+	after, _ := r.ServerRunID(ctx)
+	select {
+	case got := <-seen:
+		if got != after || got == before {
+			t.Fatalf("connection to the restarted server observed %q, want its new run id %q (old %q)", got, after, before)
+		}
+	default:
+		t.Fatal("no run id observed on the connection to the restarted server")
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -91,10 +92,13 @@ type Main struct {
 	client    redis.UniversalClient
 	redisAddr string
 	redisPool int
-	store     *repository.Dual
-	coord     *facade.Coordinator
-	server    *http.Server
-	served    chan error
+	// runIDs is the coordinator once it exists, for the run-id check of
+	// new connections (they are made by go-redis' goroutines).
+	runIDs atomic.Pointer[facade.Coordinator]
+	store  *repository.Dual
+	coord  *facade.Coordinator
+	server *http.Server
+	served chan error
 	// metrics is what the server measures (GET /metrics); selfCheck the
 	// Redis self-check GET /readyz shows.
 	metrics   *metrics.Recorder
@@ -208,6 +212,7 @@ func (m *Main) Run(ctx context.Context) error {
 		_ = ln.Close()
 		return err
 	}
+	m.runIDs.Store(m.coord)
 	m.metrics.Watch(metrics.State{Plans: m.coord, Degraded: m.store.Degraded})
 	var (
 		mounts []httpapi.Mount
@@ -363,6 +368,7 @@ func (m *Main) openRedis(ctx context.Context) error {
 			MasterName: c.RedisSentinelMaster, SentinelAddrs: c.RedisSentinelAddrs,
 			Username: c.RedisUsername, Password: c.RedisPassword, TLSConfig: m.redisTLS(),
 			ContextTimeoutEnabled: true, PoolSize: redisPoolSize(),
+			OnConnect: repository.RunIDOnConnect(m.observeRunID),
 		})
 		m.redisAddr = c.RedisSentinelMaster + "@" + strings.Join(c.RedisSentinelAddrs, ",")
 	default:
@@ -425,9 +431,21 @@ func (m *Main) openURL() error {
 	if opts.PoolSize == 0 {
 		opts.PoolSize = redisPoolSize()
 	}
+	opts.OnConnect = repository.RunIDOnConnect(m.observeRunID)
 	m.client = redis.NewClient(opts)
 	m.redisAddr = opts.Addr
 	return nil
+}
+
+// observeRunID hands the run id a new Redis connection found to the
+// coordinator (facade.Coordinator.ObserveRunID), once there is one: after a
+// restart or a failover the change is seen on the first new connection,
+// before it carries a write, not up to a second later by the periodic
+// check. (A cluster has only the periodic check, of every master.)
+func (m *Main) observeRunID(id string) {
+	if c := m.runIDs.Load(); c != nil {
+		c.ObserveRunID(id)
+	}
 }
 
 // ping checks that Redis answers: every master of a cluster (a PING to
