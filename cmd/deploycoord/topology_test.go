@@ -33,16 +33,20 @@ type recTarget struct {
 	calls    []*stageCall
 	fail     map[string]bool // "<tenant>/<stage>"
 	delay    map[string]time.Duration
+	held     map[string]bool // stages whose calls wait for gate
+	gate     chan struct{}
 	inflight map[string]int
 	overlaps []string
 }
 
 func newRecTarget(t *testing.T) *recTarget {
-	tg := &recTarget{t: t, fail: map[string]bool{}, delay: map[string]time.Duration{}, inflight: map[string]int{}}
+	tg := &recTarget{t: t, fail: map[string]bool{}, delay: map[string]time.Duration{}, held: map[string]bool{},
+		gate: make(chan struct{}), inflight: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/tenants/{tenant}/{stage}", tg.serve)
 	tg.srv = httptest.NewServer(mux)
 	t.Cleanup(func() {
+		tg.release()
 		tg.srv.CloseClientConnections()
 		tg.srv.Close()
 		if t.Failed() {
@@ -66,10 +70,17 @@ func (tg *recTarget) serve(w http.ResponseWriter, r *http.Request) {
 		tg.overlaps = append(tg.overlaps, c.String())
 	}
 	tg.inflight[c.Tenant]++
-	delay, fail := tg.delay[c.Stage], tg.fail[c.Tenant+"/"+c.Stage]
+	delay, fail, held, gate := tg.delay[c.Stage], tg.fail[c.Tenant+"/"+c.Stage], tg.held[c.Stage], tg.gate
 	tg.mu.Unlock()
 	cut := false
-	if delay > 0 {
+	if held {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			cut = true
+		}
+	}
+	if !cut && delay > 0 {
 		select {
 		case <-time.After(delay):
 		case <-r.Context().Done():
@@ -107,6 +118,25 @@ func (tg *recTarget) setDelay(stage string, d time.Duration) {
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
 	tg.delay[stage] = d
+}
+
+// hold makes the calls of stage wait until release.
+func (tg *recTarget) hold(stage string) {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	tg.held[stage] = true
+}
+
+// release lets every held call (and every later one) go.
+func (tg *recTarget) release() {
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	clear(tg.held)
+	select {
+	case <-tg.gate:
+	default:
+		close(tg.gate)
+	}
 }
 
 func (tg *recTarget) snapshot() []stageCall {
@@ -327,6 +357,231 @@ func TestE2ERedisCluster(t *testing.T) {
 	}
 	d.figure("keys under the prefix per master (after the plan)",
 		fmt.Sprint(keys[cl.Nodes[0].Addr], "/", keys[cl.Nodes[1].Addr], "/", keys[cl.Nodes[2].Addr], " of ", total))
+	a.stop()
+	b.stop()
+}
+
+// TestE2ESentinelFailover: two instances on a master with one replica
+// behind three sentinels each run a plan when the master is killed (kill
+// -9). The sentinels promote the replica; the instances follow it and see
+// its run id before their first write reaches it (on the new connection,
+// not a second later by the periodic check); no stage starts on an
+// instance from the kill until one lease after it saw the change; no two
+// calls of a tenant are ever in flight at once; every plan completes (what
+// the failover orphaned or failed is retried from its checkpoint) with
+// counts equal to the records.
+//
+//   - HeldStage: the first stage is held at the target across the kill and
+//     answered the moment the sentinels agree, so its checkpoint is the
+//     first write the new master gets.
+//   - BusyWrites: short stages, 16 tasks at a time, killed while writes are
+//     in flight (the replication lag is what a failover can lose).
+func TestE2ESentinelFailover(t *testing.T) {
+	t.Parallel()
+	t.Run("HeldStage", func(t *testing.T) {
+		t.Parallel()
+		sentinelDrill(t, sentinelCase{tenants: 8, concurrency: 4, hold: true})
+	})
+	t.Run("BusyWrites", func(t *testing.T) {
+		t.Parallel()
+		sentinelDrill(t, sentinelCase{tenants: 60, concurrency: 8, delay: 40 * time.Millisecond})
+	})
+}
+
+// sentinelCase is one variant of the Sentinel drill: tenants per plan (one
+// plan per instance), the plans' maxConcurrency, and whether the first
+// stage is held across the kill (else each stage call takes delay, and the
+// master is killed once a third of the tasks have finished).
+type sentinelCase struct {
+	tenants, concurrency int
+	hold                 bool
+	delay                time.Duration
+}
+
+func sentinelDrill(t *testing.T, sc sentinelCase) {
+	s := redistest.StartSentinel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const lease = 4 * time.Second
+	env := []string{
+		"DEPLOYCOORD_REDIS_SENTINEL_ADDRS=" + strings.Join(s.Addrs(), ","),
+		"DEPLOYCOORD_REDIS_SENTINEL_MASTER=" + s.Name,
+		"DEPLOYCOORD_KEY_PREFIX=" + redistest.Prefix(t),
+		"DEPLOYCOORD_LISTEN=127.0.0.1:0",
+		"DEPLOYCOORD_INLINE_HTTP_HOSTS=127.0.0.1",
+		"DEPLOYCOORD_LOCK_LEASE=" + lease.String(),
+		"DEPLOYCOORD_RATE_LIMIT=off",
+	}
+	tg := newRecTarget(t)
+	if sc.hold {
+		tg.hold("push")
+	}
+	tg.setDelay("push", sc.delay)
+	tg.setDelay("verify", sc.delay)
+	a := startNode(t, "sn-a", env)
+	b := startNode(t, "sn-b", env)
+	d := &drill{t: t, name: strings.TrimPrefix(t.Name(), "Test")}
+	nodes := map[string]*node{"sa": a, "sb": b}
+
+	plans := map[string]string{} // tenant prefix -> plan id
+	for _, pre := range []string{"sa", "sb"} {
+		var ids []string
+		for i := range sc.tenants {
+			ids = append(ids, fmt.Sprintf("%s-%02d", pre, i))
+		}
+		p := nodes[pre].createPlan(map[string]any{
+			"name":           "failover-" + pre,
+			"stages":         []any{tg.stage("push"), tg.stage("verify")},
+			"tenants":        tenants(ids...),
+			"maxConcurrency": sc.concurrency,
+		})
+		plans[pre] = p.PlanID
+	}
+	if sc.hold {
+		until(t, 20*time.Second, func() (bool, string) {
+			open := 0
+			for _, c := range tg.snapshot() {
+				if c.Open {
+					open++
+				}
+			}
+			return open == 2*sc.concurrency, fmt.Sprintf("%d stage calls in flight, want %d", open, 2*sc.concurrency)
+		})
+		time.Sleep(500 * time.Millisecond)
+	} else {
+		until(t, 30*time.Second, func() (bool, string) {
+			done := 0
+			for _, c := range tg.snapshot() {
+				if c.Stage == "verify" && !c.Open {
+					done++
+				}
+			}
+			return done >= 2*sc.tenants/3, fmt.Sprintf("%d tasks done", done)
+		})
+	}
+
+	old := s.Master.Addr
+	killed := time.Now()
+	s.Master.Kill()
+	// A stage whose start was written just before the master died reaches
+	// the target a little later; anything decided after the kill waits for
+	// a master (Redis answers nothing until the failover, seconds later).
+	quiet := time.Now().Add(500 * time.Millisecond)
+	promoted, err := s.WaitFailover(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.figure("kill -9 of the master until the sentinels agree on the replica", time.Since(killed))
+	if promoted != s.Replica.Addr {
+		t.Fatalf("sentinels promoted %s, want the replica %s", promoted, s.Replica.Addr)
+	}
+	tg.release()
+
+	// Each instance sees the new run id; no stage starts on it from the
+	// kill until one lease after it saw the change (none may start on the
+	// new master before the change is seen either).
+	for pre, n := range nodes {
+		l := n.waitLog(killed, 30*time.Second, "redis restarted or failed over")
+		d.figure(n.name+" logged the run id change after the kill", l.At.Sub(killed))
+		windowEnd := l.At.Add(lease - 200*time.Millisecond)
+		for _, c := range tg.snapshot() {
+			if strings.HasPrefix(c.Tenant, pre+"-") && c.Start.After(quiet) && c.Start.Before(windowEnd) {
+				t.Errorf("%s started %s after the kill (%s) and within one lease of seeing the new run id (at %s): "+
+					"leases must be suspect", n.name, c, killed.Format("15:04:05.000"), l.At.Format("15:04:05.000"))
+			}
+		}
+	}
+
+	// Writes continue on the new master: every task finishes or shows
+	// orphaned (its lease lost), then the orphans and failures are retried
+	// from their checkpoints and both plans complete.
+	var orphaned, failed int
+	for pre, n := range nodes {
+		id := plans[pre]
+		until(t, 60*time.Second, func() (bool, string) {
+			p := n.plan(id)
+			o := 0
+			if p.Orphaned != nil {
+				o = *p.Orphaned
+			}
+			return p.Counts["PENDING"] == 0 && p.Counts["RUNNING"] == o,
+				fmt.Sprintf("plan %s: counts %v, orphaned %d", id, p.Counts, o)
+		})
+		d.figure("plan "+pre+" settled (every task finished or orphaned) after the kill", time.Since(killed))
+		if l, ok := n.findLog(killed, "task finished"); ok {
+			d.figure(n.name+": first task finished after the kill", l.At.Sub(killed))
+		}
+		for _, tk := range n.allTasks(id) {
+			if tk.Status == "COMPLETED" {
+				continue
+			}
+			if tk.Orphaned {
+				orphaned++
+			} else {
+				failed++
+			}
+			d.figure("not completed by the failover", fmt.Sprintf("%s %s orphaned=%v %q", tk.TenantID, tk.Status, tk.Orphaned, tk.LastError))
+			st, body := n.do("POST", "/v1/tenants/"+tk.TenantID+"/retry",
+				map[string]any{"reason": "sentinel e2e: after the failover", "fromCheckpoint": true})
+			if st != http.StatusAccepted {
+				t.Errorf("retry of %s (%s, orphaned %v): %d %s", tk.TenantID, tk.Status, tk.Orphaned, st, body)
+			}
+		}
+	}
+	d.figure("tasks orphaned by the failover (retried)", orphaned)
+	d.figure("tasks failed by the failover (retried)", failed)
+	for pre, n := range nodes {
+		n.waitPlan(plans[pre], 60*time.Second, "COMPLETED")
+		checkCounts(t, n, plans[pre])
+	}
+	d.figure("plans completed after the kill", time.Since(killed))
+	for _, n := range []*node{a, b} {
+		// One change, one warning: the failover client's connections to the
+		// sentinels (whose run ids differ) must not count as a master's.
+		changes := 0
+		for _, l := range n.log.all() {
+			if strings.Contains(l.Message, "redis restarted or failed over") {
+				changes++
+			}
+		}
+		if changes != 1 {
+			t.Errorf("%s logged %d run id changes, want 1 (the failover)", n.name, changes)
+		}
+	}
+
+	reruns := 0
+	for pre := range nodes {
+		for i := range sc.tenants {
+			for _, stage := range []string{"push", "verify"} {
+				if n := tg.count(fmt.Sprintf("%s-%02d", pre, i), stage); n > 1 {
+					reruns += n - 1
+				}
+			}
+		}
+	}
+	d.figure("stage calls answered again (re-runs)", reruns)
+	cut := 0
+	for _, c := range tg.snapshot() {
+		if c.Cut {
+			cut++
+		}
+	}
+	d.figure("stage calls cut by their instance (a lease not confirmed in time), each run again", cut)
+	regained := 0
+	for pre, n := range nodes {
+		for i := range sc.tenants {
+			regained += countEv(n.timeline(fmt.Sprintf("%s-%02d", pre, i)), "task.lease_regained", "")
+		}
+	}
+	d.figure("leases taken back with the same fence (task.lease_regained)", regained)
+	if o := tg.overlapping(); len(o) != 0 {
+		t.Errorf("calls of one tenant were in flight at once (a stage ran twice at once): %q", o)
+	}
+	for _, n := range []*node{a, b} {
+		lost, _ := n.metric("deploycoord_lease_lost_total")
+		refused, _ := n.metric("deploycoord_fenced_write_refusals_total")
+		d.figure(n.name+" leases lost / fenced writes refused", fmt.Sprint(lost, " / ", refused))
+	}
 	a.stop()
 	b.stop()
 }
