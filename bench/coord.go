@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/deploycoord/deploycoord/facade"
+	"github.com/deploycoord/deploycoord/internal/redistest"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
@@ -38,6 +40,10 @@ type env struct {
 	log    zerolog.Logger
 	// version is the Redis server's version.
 	version string
+	// cluster is the Redis Cluster of -topology cluster (nil otherwise),
+	// and cclient the client its coordinators use.
+	cluster *redistest.Cluster
+	cclient *redis.ClusterClient
 }
 
 func newEnv(ctx context.Context, cfg config) (*env, error) {
@@ -77,7 +83,34 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 		return nil, fmt.Errorf("redis at %s: %w", opts.Addr, err)
 	}
 	e.version = info["Server"]["redis_version"]
+	if cfg.Topology == "cluster" {
+		if err := e.startCluster(); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
 	return e, nil
+}
+
+// startCluster starts the Redis Cluster of -topology cluster: three masters
+// (no persistence, as the throwaway server) on random ports.
+func (e *env) startCluster() error {
+	dir, err := os.MkdirTemp("", "deploybench-cluster-")
+	if err != nil {
+		return fmt.Errorf("temp dir for the cluster: %w", err)
+	}
+	c, err := redistest.NewCluster(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return fmt.Errorf("-topology cluster: %w", err)
+	}
+	e.cluster = c
+	opts := &redis.ClusterOptions{Addrs: c.Addrs(), ContextTimeoutEnabled: true}
+	if e.cfg.PoolSize > 0 {
+		opts.PoolSize = e.cfg.PoolSize
+	}
+	e.cclient = redis.NewClusterClient(opts)
+	return nil
 }
 
 // newClient returns another client of the same Redis (same options).
@@ -87,6 +120,12 @@ func (e *env) newClient() *redis.Client { return redis.NewClient(e.opts) }
 func (e *env) Close() {
 	if e.client != nil {
 		_ = e.client.Close()
+	}
+	if e.cclient != nil {
+		_ = e.cclient.Close()
+	}
+	if e.cluster != nil {
+		e.cluster.Close()
 	}
 	if e.own != nil {
 		e.own.Stop()
@@ -141,7 +180,7 @@ type instance struct {
 	prefix string
 }
 
-func (e *env) newInstance(client *redis.Client, prefix string) (*instance, error) {
+func (e *env) newInstance(client redis.UniversalClient, prefix string) (*instance, error) {
 	redisStore, err := repository.NewRedis(client, repository.Config{Prefix: prefix})
 	if err != nil {
 		return nil, err
@@ -234,19 +273,38 @@ type cpuUse struct {
 
 // cpuNow reads this process's CPU time (getrusage) and the Redis server's
 // (INFO cpu: used_cpu_user + used_cpu_sys).
-func (e *env) cpuNow(ctx context.Context) cpuUse {
+func (e *env) cpuNow(ctx context.Context) cpuUse { return cpuOf(ctx, e.client) }
+
+// cpuOf reads this process's CPU time (getrusage) and the CPU time of the
+// Redis servers behind c (INFO cpu: used_cpu_user + used_cpu_sys; every
+// master's, summed, on a cluster).
+func cpuOf(ctx context.Context, c redis.UniversalClient) cpuUse {
 	var ru syscall.Rusage
 	var u cpuUse
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		u.proc = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
-	if info, err := e.client.InfoMap(ctx, "cpu").Result(); err == nil {
+	var mu sync.Mutex
+	read := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.InfoMap(ctx, "cpu").Result()
+		if err != nil {
+			return err
+		}
 		var sec float64
 		for _, k := range []string{"used_cpu_user", "used_cpu_sys"} {
 			v, _ := strconv.ParseFloat(info["CPU"][k], 64)
 			sec += v
 		}
-		u.redis = time.Duration(sec * float64(time.Second))
+		mu.Lock()
+		u.redis += time.Duration(sec * float64(time.Second))
+		mu.Unlock()
+		return nil
+	}
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		_ = c.ForEachMaster(ctx, read)
+	case *redis.Client:
+		_ = read(ctx, c)
 	}
 	return u
 }

@@ -6,6 +6,7 @@
 //	go run . -sections throughput -rounds 5   # one section
 //	go run . -redis redis://127.0.0.1:6379/0  # an existing Redis (only its own keys are deleted)
 //	go run . -sections throughput -cpuprofile cpu.out -blockprofile block.out
+//	go run . -sections plan -topology cluster # the N × 1 plan on one Redis and on a 3-master cluster
 //
 // It is a module of its own so that asynq stays out of the product's module.
 package main
@@ -59,6 +60,9 @@ type config struct {
 	CommandStats   bool
 	PoolSize       int
 	MemProfile     string
+	// Topology "cluster" also runs the N × 1 plan on a Redis Cluster of
+	// three masters the command starts (throughput and plan sections).
+	Topology string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -90,6 +94,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	fs.StringVar(&c.MemProfile, "memprofile", "", "memory section: write heap profiles to this file (after the big plan), FILE.during (at the largest sample) and FILE.running (at the largest once created)")
 	fs.IntVar(&c.PoolSize, "pool-size", 0, "go-redis pool size of the coordinator's client (0: go-redis' default, 10 × GOMAXPROCS; cmd/deploycoord adds one connection per long poll it may hold, which no section makes)")
+	fs.StringVar(&c.Topology, "topology", "single", "single: every section on one Redis; cluster: the throughput and plan sections also run the N × 1 plan "+
+		"on a Redis Cluster of three masters (redis-server and redis-cli; started and stopped by the command), alternating with the runs on one Redis")
 	fs.BoolVar(&c.CommandStats, "commandstats", false, "print Redis' per-command CPU time (INFO commandstats) after every throughput run")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -119,6 +125,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-concurrency, -rounds, -query-clients and -asynq-enqueuers must be positive")
 	case c.Format != "text" && c.Format != "markdown":
 		return c, errors.New("-format must be text or markdown")
+	case c.Topology != "single" && c.Topology != "cluster":
+		return c, errors.New("-topology must be single or cluster")
 	}
 	return c, nil
 }
@@ -156,6 +164,9 @@ func run(cfg config, stdout, stderr io.Writer) (err error) {
 		where = "Redis at " + e.opts.Addr
 	}
 	progress("%s (Redis %s), GOMAXPROCS %d", where, e.version, runtime.GOMAXPROCS(0))
+	if e.cluster != nil {
+		progress("Redis Cluster of %d masters %s (throughput and plan sections, N × 1 plan)", len(e.cluster.Nodes), strings.Join(e.cluster.Addrs(), ","))
+	}
 
 	stopProfiles, err := startProfiles(cfg)
 	if err != nil {
@@ -220,6 +231,16 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 				stats()
 				return nil
 			}
+			onCluster := func() error {
+				pr, err := e.runPlanOnCluster(ctx, cfg.N)
+				if err != nil {
+					return err
+				}
+				progress("  round %d: deploycoord %d × 1 noop on the %d-master cluster: %s (create %s, run %s)", round+1, cfg.N, len(e.cluster.Nodes),
+					pr.total.Round(time.Millisecond), pr.create.Round(time.Millisecond), pr.run.Round(time.Millisecond))
+				r.planCluster = append(r.planCluster, pr)
+				return nil
+			}
 			storeOnly := func() error {
 				pr, err := e.runStoreOnly(ctx, cfg.N)
 				if err != nil {
@@ -246,6 +267,14 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 				order = order[:1]
 			case round%2 == 1:
 				order = []func() error{theirs, storeOnly, ours}
+			}
+			if e.cluster != nil {
+				// Alternate which topology goes first, as the other runs do.
+				if round%2 == 0 {
+					order = append(order, onCluster)
+				} else {
+					order = append([]func() error{onCluster}, order...)
+				}
 			}
 			for _, f := range order {
 				if err := f(); err != nil {

@@ -24,12 +24,14 @@ type report struct {
 	rtt     *rttResult
 	create  []creation
 	plan1   []planRun
-	store   []planRun
-	planS   []planRun
-	asynq   []asynqRun
-	query   *queryResult
-	mem     *memResult
-	scripts []scriptCost
+	// planCluster is the N × 1 plan on the Redis Cluster (-topology cluster).
+	planCluster []planRun
+	store       []planRun
+	planS       []planRun
+	asynq       []asynqRun
+	query       *queryResult
+	mem         *memResult
+	scripts     []scriptCost
 }
 
 // row is one line of the table.
@@ -111,6 +113,28 @@ func (r *report) tables() []table {
 			row{"  CreatePlan / run (median)", ms(medianDur(creates)) + " / " + ms(medianDur(runs)), "", ""},
 			cpuRow(cfg.N, "task", cpus(r.plan1, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total })),
 		)
+		if len(r.planCluster) > 0 {
+			cl := make([]float64, len(r.planCluster))
+			var creates, runs []time.Duration
+			for i, p := range r.planCluster {
+				cl[i] = float64(cfg.N) / p.total.Seconds()
+				creates, runs = append(creates, p.create), append(runs, p.run)
+			}
+			ratios := make([]float64, 0, len(cl))
+			for i := range min(len(ours), len(cl)) {
+				ratios = append(ratios, cl[i]/ours[i])
+			}
+			parts := make([]string, len(ratios))
+			for i, x := range ratios {
+				parts[i] = fmt.Sprintf("%.2f", x)
+			}
+			t.rows = append(t.rows,
+				row{fmt.Sprintf("deploycoord on a Redis Cluster of %d masters (same machine): the same plan of %d tenants × 1 noop", len(r.env.cluster.Nodes), cfg.N), rates(cl, "tasks/s"), "", ""},
+				row{"  CreatePlan / run (median)", ms(medianDur(creates)) + " / " + ms(medianDur(runs)), "", ""},
+				cpuRow(cfg.N, "task", cpus(r.planCluster, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total })),
+				row{"  ratio cluster / one Redis (median of the rounds' ratios)", fmt.Sprintf("%.2f× (rounds: %s)", median(ratios), strings.Join(parts, ", ")), "", ""},
+			)
+		}
 		if len(r.store) > 0 {
 			st := make([]float64, len(r.store))
 			for i, p := range r.store {
@@ -347,8 +371,8 @@ func (r *report) header() []string {
 			r.started.Format("2006-01-02 15:04 MST"), time.Since(r.started).Round(time.Second), r.loadStart, loadAvg()),
 		fmt.Sprintf("%s/%s, %d CPUs, GOMAXPROCS %d, %s; Redis %s, %s, on the same machine",
 			runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), r.env.version, where),
-		fmt.Sprintf("settings: -n %d -stages %d -stage-tenants %d -concurrency %d -rounds %d -big %d -rtt-tasks %d -query-clients %d -query-duration %s -asynq-enqueuers %d -log-level %s",
-			cfg.N, cfg.Stages, cfg.StageTenants, cfg.Concurrency, cfg.Rounds, cfg.Big, cfg.RTTTasks, cfg.QueryClients, cfg.QueryDuration, cfg.AsynqEnqueuers, cfg.LogLevel),
+		fmt.Sprintf("settings: -n %d -stages %d -stage-tenants %d -concurrency %d -rounds %d -big %d -rtt-tasks %d -query-clients %d -query-duration %s -asynq-enqueuers %d -log-level %s -topology %s",
+			cfg.N, cfg.Stages, cfg.StageTenants, cfg.Concurrency, cfg.Rounds, cfg.Big, cfg.RTTTasks, cfg.QueryClients, cfg.QueryDuration, cfg.AsynqEnqueuers, cfg.LogLevel, cfg.Topology),
 	}
 }
 

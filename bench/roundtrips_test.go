@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -99,5 +100,23 @@ func TestWriteSharesSplitBatchedRoundTrips(t *testing.T) {
 	}
 	if k := c.Snapshot(); k[rtTaskStart] != 1 || c.Total() != 1 {
 		t.Errorf("kinds %v, total %d: want one round trip, a task start (the first move's status)", k, c.Total())
+	}
+}
+
+func TestParseFlagsTopology(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		want string
+		ok   bool
+	}{
+		{nil, "single", true},
+		{[]string{"-topology", "cluster"}, "cluster", true},
+		{[]string{"-topology", "sentinel"}, "", false},
+	} {
+		c, err := parseFlags(tt.args, io.Discard)
+		if (err == nil) != tt.ok || (tt.ok && c.Topology != tt.want) {
+			t.Errorf("parseFlags(%q) = topology %q, %v; want %q (ok %v)", tt.args, c.Topology, err, tt.want, tt.ok)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/deploycoord/deploycoord/facade"
 )
@@ -45,6 +46,41 @@ func (e *env) runPlan(ctx context.Context, n, stages int) (planRun, error) {
 	cpu := e.cpuNow(ctx).sub(cpu0)
 	if err := verifyCompleted(ctx, in, pv.ID, 0, n, stages); err != nil {
 		return planRun{}, err
+	}
+	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: cpu}, nil
+}
+
+// runPlanOnCluster is runPlan's plan of n tenants × 1 noop stage on the
+// Redis Cluster of -topology cluster: the same coordinator, its keys spread
+// over the three masters by their hash tags. The cluster is flushed after
+// the run (it is the command's own).
+func (e *env) runPlanOnCluster(ctx context.Context, n int) (planRun, error) {
+	prefix := newPrefix("cluster")
+	defer func() {
+		_ = e.cclient.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+			return c.FlushAll(ctx).Err()
+		})
+	}()
+	in, err := e.newInstance(e.cclient, prefix)
+	if err != nil {
+		return planRun{}, err
+	}
+	defer in.shutdown()
+	spec := planSpec(0, n, 1, e.cfg.Concurrency, true)
+	cpu0 := cpuOf(ctx, e.cclient)
+	start := time.Now()
+	pv, err := in.coord.CreatePlan(ctx, spec, facade.Actor{Name: "bench"})
+	if err != nil {
+		return planRun{}, fmt.Errorf("create plan on the cluster: %w", err)
+	}
+	created := time.Now()
+	if err := in.coord.Idle(ctx); err != nil {
+		return planRun{}, fmt.Errorf("wait for plan %s on the cluster: %w", pv.ID, err)
+	}
+	done := time.Now()
+	cpu := cpuOf(ctx, e.cclient).sub(cpu0)
+	if err := verifyCompleted(ctx, in, pv.ID, 0, n, 1); err != nil {
+		return planRun{}, fmt.Errorf("on the cluster: %w", err)
 	}
 	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: cpu}, nil
 }

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -100,6 +101,23 @@ func stopShared() {
 		shared.c.stop()
 	}
 }
+
+// NewCluster starts a 3-master cluster with its files under dir, for a
+// program that is not a test (the benchmark command); Close stops it.
+func NewCluster(dir string) (*Cluster, error) {
+	if why := binaries(true); why != "" {
+		return nil, errors.New("redistest: " + why)
+	}
+	c, err := newCluster(dir)
+	if err != nil && c != nil {
+		c.stop()
+		c = nil
+	}
+	return c, err
+}
+
+// Close stops every node and removes the cluster's directory.
+func (c *Cluster) Close() { c.stop() }
 
 // Main runs the tests of a package that uses SharedCluster (through
 // Backends), then stops the cluster: func TestMain(m *testing.M) {
