@@ -53,10 +53,12 @@
 // a header listing KEYS, ARGV and the reply. Every key comes in KEYS (none is
 // built in Lua), time comes in ARGV from Config.Clock, no source is built
 // from input, no Redis Functions. A store loads all scripts on first use
-// (SCRIPT LOAD, one round trip, or Preload) and runs them with EVALSHA; a
-// script Redis no longer knows (NOSCRIPT, after a restart or SCRIPT FLUSH)
-// is sent again with EVAL, also inside pipelines, and the next call reloads
-// them all. derive_plan.lua is a library prepended to the three scripts
+// (SCRIPT LOAD, one round trip, or Preload; on a Redis Cluster to every
+// node) and runs them with EVALSHA; a script Redis no longer knows
+// (NOSCRIPT, after a restart, a SCRIPT FLUSH or a promoted replica) is sent
+// again with EVAL to the node that answered so, also inside pipelines, and
+// the next call reloads them all. Every script touches keys of one slot
+// (the tenant's or the plan's): it runs unchanged on a cluster. derive_plan.lua is a library prepended to the three scripts
 // that move counts.
 //
 // # The write protocol
