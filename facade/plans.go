@@ -130,9 +130,13 @@ func (c *Coordinator) Plans(ctx context.Context, f plan.ListFilter) ([]PlanView,
 	if err != nil {
 		return nil, "", translate(err, "plans")
 	}
+	degraded := c.degraded()
+	if err := fromMemory(degraded, len(ps), "plans"); err != nil {
+		return nil, "", err
+	}
 	views := make([]PlanView, len(ps))
 	for i, p := range ps {
-		views[i] = PlanView{Plan: p}
+		views[i] = PlanView{Plan: p, Degraded: degraded}
 	}
 	return views, next, nil
 }
@@ -177,6 +181,9 @@ func (c *Coordinator) PlanTasks(ctx context.Context, planID string, f plan.TaskF
 			continue
 		}
 		views = append(views, v)
+	}
+	if err := fromMemory(c.degraded(), len(views), "the tasks of plan "+planID); err != nil {
+		return nil, "", err
 	}
 	return views, next, nil
 }
