@@ -170,3 +170,68 @@ func anyOf(err error, targets ...error) bool {
 	}
 	return false
 }
+
+// TestRetryPlanReopensFinishedPlan: a bulk retry of a FAILED plan's failed
+// tasks moves the plan back to RUNNING while they run, with exact counts at
+// each step, and the plan finishes COMPLETED when they succeed. The
+// timeline of each retried task names who retried it and why.
+func TestRetryPlanReopensFinishedPlan(t *testing.T) {
+	t.Parallel()
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be)
+		ctx := context.Background()
+		failing := []string{"t-f1", "t-f2", "t-f3"}
+		for _, tn := range failing {
+			b.target.script(tn, "push", 500, 200)
+		}
+		v := b.create(spec([]task.StageSpec{b.httpStage("push", task.RetryPolicy{}), gateStage("hold")},
+			"t-f1", "t-f2", "t-f3", "t-ok"))
+		b.gates.release("t-ok", "hold")
+		pv := b.waitPlan(b.coord, v.ID, plan.StatusFailed)
+		b.idle(b.coord)
+		if pv.Counts[task.StatusFailed] != 3 || pv.Counts[task.StatusCompleted] != 1 || pv.FinishedAt.IsZero() {
+			t.Fatalf("before the retry: %s %v finished %v", pv.Status, pv.Counts, pv.FinishedAt)
+		}
+
+		req := facade.PlanRetryRequest{Statuses: []task.Status{task.StatusFailed}, Reason: "INC-11 push target fixed"}
+		res, err := b.coord.RetryPlan(ctx, v.ID, req, anyone)
+		if err != nil || res.Selected != 3 || len(res.Retried) != 3 || len(res.Skipped) != 0 {
+			t.Fatalf("bulk retry: %+v %v", res, err)
+		}
+		for _, tn := range failing {
+			b.gates.wait(t, tn, "hold")
+		}
+		pv, err = b.coord.Plan(ctx, v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pv.Status != plan.StatusRunning || !pv.FinishedAt.IsZero() ||
+			pv.Counts[task.StatusRunning] != 3 || pv.Counts[task.StatusFailed] != 0 || pv.Counts[task.StatusCompleted] != 1 || pv.Counts.Total() != 4 {
+			t.Fatalf("while the retried tasks run: %s %v finished %v; want RUNNING, 3 running, 1 completed", pv.Status, pv.Counts, pv.FinishedAt)
+		}
+		tl, err := b.coord.Timeline(ctx, "t-f2", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, ev := range tl.Events {
+			found = found || (ev.Type == task.EventRetryRequested && ev.Actor == anyone.Name && ev.Reason == req.Reason)
+		}
+		if !found {
+			t.Errorf("no %s entry by %s with the reason in the timeline: %+v", task.EventRetryRequested, anyone.Name, tl.Events)
+		}
+
+		for _, tn := range failing {
+			b.gates.release(tn, "hold")
+		}
+		pv = b.waitPlan(b.coord, v.ID, plan.StatusCompleted)
+		if pv.Counts[task.StatusCompleted] != 4 || pv.Counts.Total() != 4 {
+			t.Fatalf("after the retried tasks completed: %v", pv.Counts)
+		}
+		// Nothing is left to retry: a second bulk retry selects nothing.
+		res, err = b.coord.RetryPlan(ctx, v.ID, req, anyone)
+		if err != nil || res.Selected != 0 || len(res.Retried) != 0 {
+			t.Fatalf("second bulk retry: %+v %v", res, err)
+		}
+	})
+}
