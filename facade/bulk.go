@@ -3,6 +3,7 @@ package facade
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
@@ -98,8 +99,14 @@ func (c *Coordinator) RetryPlan(ctx context.Context, planID string, req PlanRetr
 	if err := req.validate(); err != nil {
 		return PlanRetryResult{}, err
 	}
-	if _, err := c.loadPlan(ctx, planID); err != nil {
+	p, err := c.loadPlan(ctx, planID)
+	if err != nil {
 		return PlanRetryResult{}, err
+	}
+	if req.FromStage != "" && p.StageIndex(req.FromStage) < 0 {
+		// The same for every task: refused whole, not skipped task by task.
+		return PlanRetryResult{}, wrapf(ErrInvalid, "plan %s has no stage %s; its stages are %s",
+			planID, req.FromStage, strings.Join(p.StageNames(), ", "))
 	}
 	if !req.DryRun && c.closing.Load() {
 		return PlanRetryResult{}, wrapf(ErrShuttingDown, "instance %s is shutting down; retry on another instance", c.cfg.Instance)
