@@ -482,7 +482,7 @@ func newFake() *fakeService {
 	listed := sampleTask()
 	listed.Checkpoint = nil
 	return &fakeService{
-		PlanV: samplePlan(), PlansV: []facade.PlanView{{Plan: samplePlan().Plan}},
+		PlanV: samplePlan(), PlansV: []facade.PlanView{{Plan: samplePlan().Plan, Counts: samplePlan().Counts}},
 		TaskV: tv, TasksV: []facade.TaskView{listed}, Ckpt: tv.Checkpoint,
 		RetryRes: facade.RetryResult{Task: &tv, WouldRun: []string{"settle"}},
 		TimelineEvs: []task.Event{
