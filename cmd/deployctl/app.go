@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mattn/go-isatty"
+
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 )
@@ -159,15 +161,15 @@ func runWithInput(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	return a.exit(a.main(ctx, args))
 }
 
-// isTerminal reports whether w (stdout or stdin) is a terminal (a
-// character device).
+// isTerminal reports whether w (stdout or stdin) is a terminal: a
+// character device that answers the terminal ioctl (/dev/null is a
+// character device too, and no terminal).
 func isTerminal(w any, getenv func(string) string) bool {
 	f, ok := w.(*os.File)
 	if !ok || getenv("TERM") == "dumb" {
 		return false
 	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return isatty.IsTerminal(f.Fd())
 }
 
 func (a *app) main(ctx context.Context, args []string) error {

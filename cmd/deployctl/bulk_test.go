@@ -109,6 +109,20 @@ func TestPlanRetry(t *testing.T) {
 		})
 	}
 	must(t, s.cli(t, "plan", "retry", "plan-{x}", "--status", "FAILED", "--reason", reason), 2, "stderr", "plan id")
+	// /dev/null is a character device, not a terminal: refused too.
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devNull.Close()
+	var out, errb bytes.Buffer
+	before := sent()
+	if code := runWithInput(context.Background(), []string{"plan", "retry", id, "--status", "FAILED", "--reason", reason},
+		devNull, &out, &errb, func(k string) string {
+			return map[string]string{"DEPLOYCTL_SERVER": s.url, "DEPLOYCTL_TOKEN": testToken}[k]
+		}); code != 2 || !strings.Contains(errb.String(), "add --yes") || sent() != before {
+		t.Fatalf("stdin %s: exit %d, %d requests sent\n%s%s", os.DevNull, code, sent()-before, out.String(), errb.String())
+	}
 
 	// A dry run lists the tenants and changes nothing.
 	r := s.cli(t, "plan", "retry", id, "--status", "FAILED", "--reason", reason, "--dry-run")
@@ -119,7 +133,7 @@ func TestPlanRetry(t *testing.T) {
 	}
 
 	// On a terminal: the dry run is shown and "n" changes nothing.
-	before := sent()
+	before = sent()
 	r = s.cliTyping(t, "n\n", "plan", "retry", id, "--status", "FAILED", "--reason", reason)
 	must(t, r, 1, "stdout", "will retry 3 tenant(s)", "t-r1, t-r2, t-r3")
 	must(t, r, 1, "stderr", "Retry 3 tenant(s) of plan "+id+"? [y/N]", "not confirmed: nothing retried")
