@@ -191,7 +191,8 @@ func (m *Main) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	stageOpts := stage.Options{InlineKinds: c.InlineKinds, InlineHTTPHosts: c.InlineHTTPHosts, AllowExec: c.AllowExec}
+	stageOpts := stage.Options{InlineKinds: c.InlineKinds, InlineHTTPHosts: c.InlineHTTPHosts, AllowExec: c.AllowExec,
+		InlineHTTPHostsSetting: "DEPLOYCOORD_INLINE_HTTP_HOSTS"}
 	if err := stageOpts.Validate(); err != nil {
 		return fmt.Errorf("stage settings: %w", err)
 	}
