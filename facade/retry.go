@@ -157,7 +157,8 @@ func (c *Coordinator) retriable(t *task.Task, expectedAttempt int) error {
 	}
 	switch {
 	case t.Status == task.StatusCompleted:
-		return wrapf(ErrTaskCompleted, "task %s of tenant %s is completed", t.ID, t.TenantID)
+		return wrapf(ErrTaskCompleted, "task %s of tenant %s is completed: a completed task is not run again; "+
+			"to deploy to this tenant again, create a new plan for it (POST /v1/plans with tenants [%s])", t.ID, t.TenantID, t.TenantID)
 	case t.Status == task.StatusPending:
 		return wrapf(ErrTaskPending, "task %s of tenant %s has not started; start or resume plan %s", t.ID, t.TenantID, t.PlanID)
 	case t.Status == task.StatusRunning && !c.orphaned(t):
