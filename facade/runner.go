@@ -337,7 +337,7 @@ func (r *taskRun) regain() bool {
 	delay := 50 * time.Millisecond
 	for {
 		if r.c.closing.Load() || r.c.hardStop.Err() != nil {
-			r.leaseLost(errors.New("instance stopping while the lease is unconfirmed"))
+			r.leaseLost(errStopping)
 			return false
 		}
 		if r.lease.Check(r.margin()) == nil && context.Cause(r.ctx) == nil {
@@ -367,7 +367,7 @@ func (r *taskRun) leaseLost(err error) {
 	r.c.obs.LeaseLost()
 	r.released = true // nothing of ours left to release
 	r.log.Error().Err(err).Int("stage_index", r.t.StageIndex).Msg("lease lost; task stopped without writing")
-	r.c.publishTask(r.t, task.Event{At: r.c.now().UTC(), Type: task.EventLeaseLost, Reason: err.Error(), Instance: r.c.cfg.Instance, Fence: r.lease.Fence()})
+	r.c.publishTask(r.t, task.Event{At: r.c.now().UTC(), Type: task.EventLeaseLost, Reason: leaseLostReason(err), Instance: r.c.cfg.Instance, Fence: r.lease.Fence()})
 }
 
 // errStoreRefused marks a write the store refused: the task is no longer ours.
