@@ -138,7 +138,7 @@ func commandTable() []command {
 			"deployctl lock show --tenant t-042", (*app).lockShow},
 		{"lock release", "--tenant ID --expected-fence N --reason R", "Break-glass: delete a tenant's lock if its fence is still N (read it with lock show).",
 			`deployctl lock release --tenant t-042 --expected-fence 7 --reason "INC-1234 coord-b is gone"`, (*app).lockRelease},
-		{"events", "[--follow] [--tenant ID] [--plan ID] [--type T] [--after CURSOR]", "Read the event feed; --follow long-polls forever, resuming from the last cursor (Ctrl-C ends it, exit 0).",
+		{"events", "[--follow] [--tenant ID] [--plan ID] [--type T] [--after CURSOR]", "Read the event feed; --follow long-polls forever, resuming from the last cursor (Ctrl-C ends it: exit 0, and the cursor to resume from on stderr).",
 			"deployctl events --follow --type task.failed", (*app).events},
 		{"task pause", "--tenant ID --reason R", "Ask a tenant's task to pause after its current stage.",
 			`deployctl task pause --tenant t-042 --reason "hold for INC-9"`, taskAction("pause")},

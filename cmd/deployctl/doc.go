@@ -54,7 +54,8 @@
 // (1s): on a terminal it redraws one progress line in place, otherwise it
 // prints a line each time the progress changes; transient errors (network,
 // 5xx) are retried up to 10 times in a row. events --follow ends only on
-// Ctrl-C (exit 0) or a 4xx answer; each long poll waits --wait (30s) on top
+// Ctrl-C (SIGINT or SIGTERM: exit 0, and "next: --after CURSOR" on stderr to
+// resume from there) or a 4xx answer; each long poll waits --wait (30s) on top
 // of --timeout, failed polls are retried with a pause growing to 30s.
 // plan retry (a bulk retry) without --yes first sends the dry run, prints
 // how many tenants and which it would retry, and asks "[y/N]" when stdin is
