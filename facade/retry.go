@@ -14,7 +14,7 @@ import (
 	"github.com/deploycoord/deploycoord/tenantlock"
 )
 
-// RetryRequest is a manual retry of a tenant's current task (API.md
+// RetryRequest is a manual retry of a tenant's current task (docs/api.md
 // POST /v1/tenants/{tenantId}/retry). At most one mode is set: the default
 // resumes from the checkpoint; FromCheckpoint=false starts over with the
 // checkpoint reset; FromStage re-runs from a stage the checkpoint covers;

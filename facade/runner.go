@@ -330,7 +330,7 @@ func (r *taskRun) recover(err error) bool {
 // regain waits, with no stage running, until the lease is confirmed again:
 // the renewer gets through, or — once the lease lapsed — it is re-acquired
 // with the same value and fence if nobody took the tenant meanwhile
-// (DESIGN §5, Redis unreachable). It returns false when the tenant was taken
+// (docs/architecture.md, Redis unreachable). It returns false when the tenant was taken
 // or the instance stops.
 func (r *taskRun) regain() bool {
 	r.log.Warn().Err(r.lease.Err()).Time("deadline", r.lease.Deadline()).Msg("lease not confirmed; no stage starts until it is")

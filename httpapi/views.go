@@ -10,7 +10,7 @@ import (
 	"github.com/deploycoord/deploycoord/tenantlock"
 )
 
-// The JSON documents of the API (API.md, docs/openapi.yaml). Times are
+// The JSON documents of the API (docs/api.md, docs/openapi.yaml). Times are
 // RFC 3339 in UTC; a time that has not happened yet is null.
 
 // Plan is a plan as answered by the plan endpoints.

@@ -1,5 +1,5 @@
 // Command deployctl is the SRE's command line over the deploycoord HTTP API
-// (API.md): create and follow plans, ask what happened to a tenant, retry it
+// (docs/api.md): create and follow plans, ask what happened to a tenant, retry it
 // from its checkpoint, pause, resume or cancel work, break a stuck tenant
 // lock and follow the event feed.
 //
