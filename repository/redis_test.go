@@ -254,7 +254,7 @@ func TestRedisZombieLedgerFirst(t *testing.T) {
 		if err != nil || replyInt(v.([]any)[0]) != 0 {
 			t.Fatalf("zombie record write: %v, %v; want a refusal", v, err)
 		}
-		if err := e.redis.correctCounts(ctx, tkk, pk, tk.ID, zombieWrite); err != nil {
+		if err := e.redis.correctCounts(ctx, tkk, pk, tk.PlanID, tk.ID, zombieWrite); err != nil {
 			t.Fatal(err)
 		}
 		counts = checkCounts(t, e, fx.plan.ID)
@@ -268,7 +268,7 @@ func TestRedisZombieLedgerFirst(t *testing.T) {
 			t.Fatalf("owner counter RUNNING@coord-z = %q, want gone", n)
 		}
 		// A second correction finds nothing to do.
-		if err := e.redis.correctCounts(ctx, tkk, pk, tk.ID, zombieWrite); err != nil {
+		if err := e.redis.correctCounts(ctx, tkk, pk, tk.PlanID, tk.ID, zombieWrite); err != nil {
 			t.Fatal(err)
 		}
 		checkCounts(t, e, fx.plan.ID)
