@@ -230,7 +230,7 @@ func TestRedisZombieLedgerFirst(t *testing.T) {
 		//    update lands first.
 		const zombieWrite = "zombie-write"
 		v, err := e.redis.run(ctx, movePlanCountsScript, []string{pk.counts, pk.plan, pk.tasks},
-			tk.ID, "RUNNING", 1, 5, zombieWrite, "coord-z", tk.TenantID, formatTime(t0), 60000, plan.ReasonFailureThreshold)
+			tk.ID, "RUNNING", 1, 5, zombieWrite, "coord-z", tk.TenantID, formatTime(t0), 60000, plan.ReasonFailureThreshold, micros(t0))
 		if err != nil || replyInt(v.([]any)[1]) != 1 {
 			t.Fatalf("zombie counts update: %v, %v", v, err)
 		}
