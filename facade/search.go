@@ -93,3 +93,34 @@ func (c *Coordinator) SearchTasks(ctx context.Context, q TaskQuery) (TaskPage, e
 func (c *Coordinator) stageRunningLonger(t *task.Task, now time.Time, d time.Duration) bool {
 	return t.Status == task.StatusRunning && !t.StageStartedAt.IsZero() && now.Sub(t.StageStartedAt) > d
 }
+
+// stageMark is a stage being run on this instance: when it started and its
+// timeout.
+type stageMark struct {
+	started time.Time
+	timeout time.Duration
+}
+
+// LongStages returns how many stages running on this instance have run
+// for longer than half their timeout (retries of a stage included): the
+// gauge deploycoord_long_stages. Each instance counts its own runs, without
+// a Redis read; a stage on an instance that died is orphaned, not counted
+// here.
+func (c *Coordinator) LongStages() int {
+	now := c.now()
+	c.mu.Lock()
+	marks := make([]*stageMark, 0, len(c.tasks))
+	for _, r := range c.tasks {
+		if m := r.mark.Load(); m != nil {
+			marks = append(marks, m)
+		}
+	}
+	c.mu.Unlock()
+	n := 0
+	for _, m := range marks {
+		if now.Sub(m.started) > m.timeout/2 {
+			n++
+		}
+	}
+	return n
+}
