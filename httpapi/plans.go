@@ -46,6 +46,10 @@ type PlanService interface {
 	// SearchTasks returns the tasks a query selects across plans, newest
 	// first (GET /v1/tasks). Returns ErrInvalid, ErrUnavailable.
 	SearchTasks(ctx context.Context, q facade.TaskQuery) (facade.TaskPage, error)
+	// RetryPlan retries the plan's tasks a selection picks, each as Retry
+	// would; a task it does not retry is listed with the reason. Returns
+	// ErrInvalid, ErrNotFound, ErrShuttingDown, ErrUnavailable.
+	RetryPlan(ctx context.Context, planID string, req facade.PlanRetryRequest, a facade.Actor) (facade.PlanRetryResult, error)
 }
 
 // POST /v1/plans
