@@ -295,13 +295,9 @@ func (r *Redis) rollbackPlan(ctx context.Context, pk planKeys, planID string, ta
 		_ = pp.exec(ctx)
 		pp, n = r.pipeline(), 0
 	}
-	sk := r.keys.statusKeys(planID)
-	pp.p.Del(ctx, pk.plan, pk.tasks, pk.counts, sk[0], sk[1], sk[2], sk[3], sk[4], sk[5])
+	pp.p.Del(ctx, pk.plan, pk.tasks, pk.counts)
 	pp.p.ZRem(ctx, r.keys.Plans(), planID)
-	for _, s := range task.Statuses {
-		k, _ := r.keys.PlansByStatus(s)
-		pp.p.ZRem(ctx, k, planID)
-	}
+	r.dropSearchIndexes(ctx, pp, planID)
 	for _, k := range tasks {
 		// Two DELs: the record is in the tenant's slot, the taskref in the
 		// task id's, and a Redis Cluster refuses a DEL across slots

@@ -500,6 +500,17 @@ func (r *Redis) indexMoves(ctx context.Context, pp *pipe, mc *moveCall) {
 	}
 }
 
+// dropSearchIndexes deletes a plan's status indexes and removes it from the
+// plans-by-status indexes, on pp (a rolled-back plan creation).
+func (r *Redis) dropSearchIndexes(ctx context.Context, pp *pipe, planID string) {
+	sk := r.keys.statusKeys(planID)
+	pp.p.Del(ctx, sk[0], sk[1], sk[2], sk[3], sk[4], sk[5])
+	for _, s := range task.Statuses {
+		k, _ := r.keys.PlansByStatus(s)
+		pp.p.ZRem(ctx, k, planID)
+	}
+}
+
 // planOfKey returns the plan id of a {p}plan:{<planId>} key, "" if none.
 func planOfKey(key string) string {
 	i := strings.LastIndexByte(key, '{')
