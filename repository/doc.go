@@ -178,7 +178,8 @@
 //	                                          round trip, by upper bound), then HGETALLs; 2 with a plan
 //	                                          id; +2 a round when stage/Match drop entries (up to
 //	                                          ScanMax examined); +1 to prune emptied plans (search.go)
-//	RepairCounts                         2 + ceil(tasks/Batch)  (list + ledger, record batches, script;
+//	RepairCounts                         4 + ceil(tasks/Batch)  (list + ledger, record batches, script,
+//	                                          reindex_plan.lua + ZADD GT of the plans-by-status indexes;
 //	                                          +1 a batch for tasks whose ledger lost the tenant)
 //	TasksByTenant (≤ 1 000 tenants)      1-2 pipelined GET index (+ HGETALL + GET of the hinted tasks),
 //	                                          then pipelined HGETALL + GET checkpoint of the others

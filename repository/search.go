@@ -52,9 +52,13 @@ var searchPlanTasksLua string
 //go:embed scripts/search_prune.lua
 var searchPruneLua string
 
+//go:embed scripts/reindex_plan.lua
+var reindexPlanLua string
+
 var (
 	searchPlanTasksScript = newScript("search_plan_tasks", searchPlanTasksLua)
 	searchPruneScript     = newScript("search_prune", searchPruneLua)
+	reindexPlanScript     = newScript("reindex_plan", reindexPlanLua)
 )
 
 const (
@@ -509,6 +513,30 @@ func (r *Redis) dropSearchIndexes(ctx context.Context, pp *pipe, planID string) 
 		k, _ := r.keys.PlansByStatus(s)
 		pp.p.ZRem(ctx, k, planID)
 	}
+}
+
+// reindexPlan rebuilds a plan's status indexes from its ledger and adds
+// the plan to the plans-by-status index of every status it has tasks in:
+// two round trips (RepairCounts).
+func (r *Redis) reindexPlan(ctx context.Context, op, planID string) error {
+	pk, _ := r.keys.planKeys(planID)
+	sk := r.keys.statusKeys(planID)
+	now := r.now()
+	v, err := r.run(ctx, reindexPlanScript, []string{pk.counts, sk[0], sk[1], sk[2], sk[3], sk[4], sk[5]}, micros(now), r.ttlMs())
+	if err != nil {
+		return wrapErr(ctx, op, err)
+	}
+	n, err := replySlice(op, v)
+	if err != nil || len(n) != len(task.Statuses) {
+		return fmt.Errorf("%s: unexpected reindex reply %v", op, v)
+	}
+	pp := r.pipeline()
+	for i, s := range task.Statuses {
+		if replyInt(n[i]) > 0 {
+			r.indexPlans(ctx, pp, planID, now, s)
+		}
+	}
+	return wrapErr(ctx, op, pp.exec(ctx))
 }
 
 // planOfKey returns the plan id of a {p}plan:{<planId>} key, "" if none.

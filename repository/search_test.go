@@ -332,3 +332,41 @@ func TestSearchTasksPrunesEmptyPlans(t *testing.T) {
 		}
 	})
 }
+
+// TestSearchTasksRepairReindexes: a plan without status indexes (created
+// before them) is not found; RepairCounts builds them from the ledger, and
+// a RUNNING task is then a candidate for runningLongerThan however recent
+// the repair.
+func TestSearchTasksRepairReindexes(t *testing.T) {
+	t.Parallel()
+	eachRedis(t, Config{}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		fx := createPlan(t, e, 4, 0)
+		start(t, e, fx.tasks[0], 1).fail("boom")
+		start(t, e, fx.tasks[1], 2)
+		// The plan as a previous version left it: no search indexes.
+		sk := e.redis.keys.statusKeys(fx.plan.ID)
+		e.client.Del(ctx, sk[0], sk[1], sk[2], sk[3], sk[4], sk[5])
+		for _, s := range task.Statuses {
+			k, _ := e.redis.Keys().PlansByStatus(s)
+			e.client.Del(ctx, k)
+		}
+		failed := plan.TaskSearch{Statuses: []task.Status{task.StatusFailed}}
+		if got := searchAll(t, e, failed); len(got) != 0 {
+			t.Fatalf("FAILED before the repair = %v", got)
+		}
+		if _, err := e.store.RepairCounts(ctx, fx.plan.ID); err != nil {
+			t.Fatal(err)
+		}
+		if got := searchAll(t, e, failed); !slices.Equal(got, []string{fx.tasks[0].ID}) {
+			t.Fatalf("FAILED after the repair = %v", got)
+		}
+		if got := searchAll(t, e, plan.TaskSearch{Statuses: []task.Status{task.StatusPending}}); len(got) != 2 {
+			t.Fatalf("PENDING after the repair = %v", got)
+		}
+		long := plan.TaskSearch{Match: func(*task.Task) bool { return true }, MatchStartedBefore: e.clock.Now().Add(-time.Hour)}
+		if got := searchAll(t, e, long); !slices.Equal(got, []string{fx.tasks[1].ID}) {
+			t.Fatalf("RUNNING candidates after the repair = %v", got)
+		}
+	})
+}
