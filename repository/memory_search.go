@@ -31,6 +31,7 @@ func (m *Memory) SearchTasks(_ context.Context, f plan.TaskSearch) ([]*task.Task
 	type hit struct {
 		pos searchPos
 		t   *task.Task
+		si  int
 	}
 	var hits []hit
 	m.mu.Lock()
@@ -50,17 +51,19 @@ func (m *Memory) SearchTasks(_ context.Context, f plan.TaskSearch) ([]*task.Task
 			if t != nil {
 				si = statusIndex(t.Status)
 			}
-			if si < 0 || !q.keep(t, si) {
+			if si < 0 || !q.candidate(t, si) {
 				continue
 			}
 			p := searchPos{score: memSearchScore(t, i), id: t.ID}
 			if p.score < q.since || (q.hasCur && !q.cur.before(p)) {
 				continue
 			}
-			hits = append(hits, hit{pos: p, t: copyTaskOut(t)})
+			hits = append(hits, hit{pos: p, t: copyTaskOut(t), si: si})
 		}
 	}
 	m.mu.Unlock()
+	// Match is the caller's: called without the store's lock.
+	hits = slices.DeleteFunc(hits, func(h hit) bool { return !q.want[h.si] && !q.f.Match(h.t) })
 	slices.SortFunc(hits, func(a, b hit) int {
 		if a.pos.before(b.pos) {
 			return -1

@@ -149,6 +149,15 @@ func checkSearch(f plan.TaskSearch) (searchQuery, error) {
 // keep reports whether the record t, found in the index of status
 // task.Statuses[si], answers the search.
 func (q *searchQuery) keep(t *task.Task, si int) bool {
+	if !q.candidate(t, si) {
+		return false
+	}
+	return q.want[si] || q.f.Match(t)
+}
+
+// candidate is keep without calling Match: whether t, found in the index
+// of task.Statuses[si], may answer the search.
+func (q *searchQuery) candidate(t *task.Task, si int) bool {
 	if t.Status != task.Statuses[si] {
 		// It moved since the index was read: it is found where it is now.
 		return false
@@ -159,10 +168,7 @@ func (q *searchQuery) keep(t *task.Task, si int) bool {
 	if q.f.Stage != "" && t.StageName != q.f.Stage {
 		return false
 	}
-	if q.want[si] {
-		return true
-	}
-	return q.match[si] && q.f.Match(t)
+	return q.want[si] || q.match[si]
 }
 
 // searchPlan is a plan the search may read: the statuses to read in it and
