@@ -96,3 +96,34 @@ func TestSearchStack(t *testing.T) {
 		})
 	}
 }
+
+// TestSearchRedisPausedAndGone: GET /v1/tasks with a real Redis paused
+// (SIGSTOP) and then killed answers 503 or a 200 marked degraded (field and
+// header) — never a plain 200 that looks complete.
+func TestSearchRedisPausedAndGone(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	s := newStackOn(t, srv.Client(), redistest.Prefix(t), "coord-a", httpapi.Config{})
+	p := s.do(t, "POST", "/v1/plans", `{"name": "slow", "stages": [{"name": "wait", "kind": "sleep", "sleep": {"duration": "30s"}}], "tenants": [{"tenantId": "z-slow"}]}`, 201)
+	s.await(t, "/v1/tenants/z-slow/task", "status", "RUNNING")
+	if ts := s.do(t, "GET", "/v1/tasks?status=RUNNING", "", 200)["tasks"].([]any); len(ts) != 1 {
+		t.Fatalf("RUNNING with Redis up = %v", ts)
+	}
+	honest := func(when string) {
+		t.Helper()
+		for _, path := range []string{"/v1/tasks?status=RUNNING", "/v1/tasks?status=FAILED&runningLongerThan=1ns", "/v1/tasks?planId=" + p["planId"].(string)} {
+			a := serve(t, s.h, request{method: "GET", path: path})
+			switch {
+			case a.Status == 503:
+			case a.Status == 200 && a.Header.Get(httpapi.HeaderDegraded) == "true" && a.JSON(t)["degraded"] == true:
+			default:
+				t.Errorf("GET %s with Redis %s = %d, degraded header %q: %s", path, when, a.Status, a.Header.Get(httpapi.HeaderDegraded), a.Body)
+			}
+		}
+	}
+	srv.Stop()
+	honest("paused")
+	srv.Cont()
+	srv.Kill()
+	honest("gone")
+}
