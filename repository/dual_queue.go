@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
 )
 
 // The shared work queue lives in Redis only: an instance that cannot reach
@@ -58,4 +59,11 @@ func (d *Dual) ActiveQueues(ctx context.Context) ([]plan.QueueState, error) {
 	qs, err := d.r.ActiveQueues(ctx)
 	d.observe(err)
 	return qs, err
+}
+
+// QueuedTask reads Redis (see Redis.QueuedTask).
+func (d *Dual) QueuedTask(ctx context.Context, e plan.QueueEntry) (*task.Task, error) {
+	t, err := d.r.QueuedTask(ctx, e)
+	d.observe(err)
+	return t, err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
 )
 
 // A plan's shared work queue (DESIGN §8): every live instance claims the
@@ -308,4 +309,14 @@ func (r *Redis) ActiveQueues(ctx context.Context) ([]plan.QueueState, error) {
 		_ = r.c.SRem(ctx, r.keys.ActivePlans(), bad...).Err()
 	}
 	return out, nil
+}
+
+// QueuedTask reads the task of a queue entry (its record and nothing else
+// of the tenant): one round trip. Returns task.ErrNotFound.
+func (r *Redis) QueuedTask(ctx context.Context, e plan.QueueEntry) (*task.Task, error) {
+	if err := e.Check(); err != nil {
+		return nil, fmt.Errorf("read queued task: %w", err)
+	}
+	t, _, err := r.loadTask(ctx, "read task "+e.TaskID, e.TenantID, e.TaskID)
+	return t, err
 }

@@ -1,0 +1,247 @@
+package facade_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/deploycoord/deploycoord/facade"
+	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+)
+
+// sharedMode runs the bundle's coordinators with shared plans and a fast
+// instance heartbeat (the shares follow the live instances).
+func sharedMode(b *bundle) {
+	b.cfg.SharedPlans = true
+	b.cfg.Heartbeat = 20 * time.Millisecond
+}
+
+// tracker is a deployment target that holds every call for delay and
+// records how many calls were in flight at once, across all instances.
+type tracker struct {
+	*httptest.Server
+	mu       sync.Mutex
+	delay    time.Duration
+	now, top int
+	calls    int
+}
+
+func newTracker(t *testing.T, delay time.Duration) *tracker {
+	tr := &tracker{delay: delay}
+	tr.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tr.mu.Lock()
+		tr.now++
+		tr.calls++
+		tr.top = max(tr.top, tr.now)
+		tr.mu.Unlock()
+		time.Sleep(tr.delay)
+		tr.mu.Lock()
+		tr.now--
+		tr.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+func (tr *tracker) stage(name string) task.StageSpec {
+	cfg, _ := json.Marshal(map[string]any{"method": "POST", "url": tr.URL + "/d/{{.TenantID}}"})
+	return task.StageSpec{Name: name, Kind: "http", Timeout: task.Duration(5 * time.Second), Config: cfg}
+}
+
+func (tr *tracker) stats() (top, calls int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.top, tr.calls
+}
+
+func tenants(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "tenant-" + string(rune('a'+i/26)) + string(rune('a'+i%26))
+	}
+	return out
+}
+
+func owners(t *testing.T, c *facade.Coordinator, planID string) map[string]int {
+	t.Helper()
+	ts, _, err := c.PlanTasks(context.Background(), planID, plan.TaskFilter{Limit: plan.LimitMax})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, v := range ts {
+		out[v.Owner]++
+	}
+	return out
+}
+
+func queueState(t *testing.T, b *bundle, planID string) (queued, held []plan.QueueEntry) {
+	t.Helper()
+	q, h, err := b.store.QueueEntries(context.Background(), planID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, h
+}
+
+// TestSharedPlanAcrossInstances: two instances run one plan; both start
+// tasks, never more than maxConcurrency at once across both, and the plan
+// completes with no permit left.
+func TestSharedPlanAcrossInstances(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		other := b.second("coord-b")
+		tr := newTracker(t, 60*time.Millisecond)
+		s := spec([]task.StageSpec{tr.stage("deploy")}, tenants(24)...)
+		s.MaxConcurrency = 4
+		v := b.create(s)
+		b.waitPlan(b.coord, v.ID, plan.StatusCompleted)
+		top, calls := tr.stats()
+		if top > 4 || calls != 24 {
+			t.Fatalf("%d calls, %d at once; want 24, at most 4", calls, top)
+		}
+		by := owners(t, other, v.ID)
+		if by["coord-a"] == 0 || by["coord-b"] == 0 || by["coord-a"]+by["coord-b"] != 24 {
+			t.Fatalf("tasks per instance %v: want both", by)
+		}
+		t.Logf("tasks per instance %v, at most %d at once", by, top)
+		b.idle(b.coord)
+		b.idle(other)
+		if q, h := queueState(t, b, v.ID); len(q) != 0 || len(h) != 0 {
+			t.Fatalf("left queued %v, held %v", q, h)
+		}
+	})
+}
+
+// TestSharedPlanPauseResumeCancel: a pause made on one instance stops the
+// other's starts and pauses its running tasks; a resume on either resumes
+// them all; a cancel cancels what is queued and drops the queue.
+func TestSharedPlanPauseResumeCancel(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		other := b.second("coord-b")
+		ctx := context.Background()
+		ts := tenants(10)
+		s := spec([]task.StageSpec{gateStage("hold"), noopStage("after")}, ts...)
+		s.MaxConcurrency = 4
+		v := b.create(s)
+		eventually(t, 15*time.Second, func() error {
+			pv, err := other.Plan(ctx, v.ID)
+			if err != nil {
+				return err
+			}
+			if pv.Counts[task.StatusRunning] != 4 {
+				return errf("running %v", pv.Counts)
+			}
+			return nil
+		})
+		if _, err := other.PausePlan(ctx, v.ID, "hold on", anyone); err != nil {
+			t.Fatal(err)
+		}
+		// The other instance sees the pause on its next poll of the plan.
+		time.Sleep(4 * b.cfg.PlanPoll)
+		b.gates.openAll()
+		eventually(t, 15*time.Second, func() error {
+			pv, err := b.coord.Plan(ctx, v.ID)
+			if err != nil {
+				return err
+			}
+			if pv.Counts[task.StatusPaused] != 4 || pv.Counts[task.StatusPending] != 6 {
+				return errf("counts %v", pv.Counts)
+			}
+			return nil
+		})
+		b.idle(b.coord)
+		b.idle(other)
+		if pv, _ := b.coord.Plan(ctx, v.ID); pv.Counts[task.StatusPending] != 6 || pv.Status != plan.StatusPaused {
+			t.Fatalf("a task started while paused: %v", pv.Counts)
+		}
+		if _, err := b.coord.ResumePlan(ctx, v.ID, facade.ResumeOptions{Reason: "go on"}, anyone); err != nil {
+			t.Fatal(err)
+		}
+		b.waitPlan(other, v.ID, plan.StatusCompleted)
+
+		// Cancel from the instance that did not create the plan.
+		tr := newTracker(t, 300*time.Millisecond)
+		s2 := spec([]task.StageSpec{tr.stage("slow")}, tenants(12)...)
+		s2.MaxConcurrency = 2
+		v2 := b.create(s2)
+		eventually(t, 15*time.Second, func() error {
+			pv, err := other.Plan(ctx, v2.ID)
+			if err != nil {
+				return err
+			}
+			if pv.Counts[task.StatusRunning] == 0 {
+				return errf("none running %v", pv.Counts)
+			}
+			return nil
+		})
+		if _, err := other.CancelPlan(ctx, v2.ID, "stop it", anyone); err != nil {
+			t.Fatal(err)
+		}
+		pv := b.waitPlan(b.coord, v2.ID, plan.StatusCancelled)
+		b.idle(b.coord)
+		b.idle(other)
+		pv, _ = b.coord.Plan(ctx, v2.ID)
+		_, calls := tr.stats()
+		if pv.Counts[task.StatusCompleted]+pv.Counts[task.StatusCancelled] != 12 || pv.Counts[task.StatusCancelled] < 6 || calls != pv.Counts[task.StatusCompleted] {
+			t.Fatalf("after cancel: %v, %d calls", pv.Counts, calls)
+		}
+		if q, h := queueState(t, b, v2.ID); len(q) != 0 || len(h) != 0 {
+			t.Fatalf("cancelled plan left queued %v, held %v", q, h)
+		}
+	})
+}
+
+// TestSharedPlanDeadClaimer: an instance that claimed a task and died
+// before starting it holds a permit until its lease ends; then the entry
+// is claimed again and the task runs. A dead instance's RUNNING task is
+// not restarted.
+func TestSharedPlanDeadClaimer(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		ctx := context.Background()
+		s := spec([]task.StageSpec{noopStage("only")}, "tenant-ghost")
+		no := false
+		s.Start = &no
+		v := b.create(s)
+		p, _, err := b.store.Plan(ctx, v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(time.Now(), "ghost"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.store.UpdatePlan(ctx, p, plan.StatusCreated); err != nil {
+			t.Fatal(err)
+		}
+		tk, err := b.coord.TaskByTenant(ctx, "tenant-ghost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := plan.QueueEntry{Kind: plan.QueueStart, TenantID: "tenant-ghost", TaskID: tk.ID}
+		if err := b.store.PushQueue(ctx, v.ID, []plan.QueueEntry{e}, false); err != nil {
+			t.Fatal(err)
+		}
+		// The ghost claims with a short lease and never starts the task.
+		c, err := b.store.ClaimTask(ctx, v.ID, nil, 300*time.Millisecond)
+		if err != nil || c.Outcome != plan.ClaimGranted {
+			t.Fatalf("ghost claim: %+v %v", c, err)
+		}
+		b.waitPlan(b.coord, v.ID, plan.StatusCompleted)
+		if got := b.waitTask(b.coord, "tenant-ghost", task.StatusCompleted); got.Owner != "coord-a" {
+			t.Fatalf("owner %s", got.Owner)
+		}
+	})
+}
+
+func errf(format string, args ...any) error { return fmt.Errorf(format, args...) }
