@@ -245,3 +245,40 @@ func TestSharedPlanDeadClaimer(t *testing.T) {
 }
 
 func errf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// TestSharedStartRoundTrips counts the Redis round trips of a plan's task
+// starts, with the go-redis hook: the instance-owned run (a lock and the
+// RUNNING write per start) against the shared queue (a claim and a read of
+// the task on top; the permit is freed by the next claim). A stage
+// transition costs the same in both.
+func TestSharedStartRoundTrips(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		const n = 40
+		quiet := func(c *facade.Config) {
+			c.Heartbeat, c.PlanPoll = time.Hour, time.Hour
+		}
+		perTask := map[bool]float64{}
+		for _, shared := range []bool{false, true} {
+			b := setup(t, be, withConfig(quiet), withConfig(func(c *facade.Config) { c.SharedPlans = shared }))
+			s := spec([]task.StageSpec{noopStage("a"), noopStage("b")}, tenants(n)...)
+			s.MaxConcurrency = 1
+			b.idle(b.coord)
+			b.counter.Reset()
+			v := b.create(s)
+			b.idle(b.coord)
+			trips := b.counter.RoundTrips()
+			pv, err := b.coord.Plan(context.Background(), v.ID)
+			if err != nil || pv.Status != plan.StatusCompleted {
+				t.Fatalf("shared %v: plan %v %v", shared, pv.Status, err)
+			}
+			perTask[shared] = float64(trips) / n
+			t.Logf("shared=%v: %d round trips for a plan of %d tasks x 2 stages (creation included): %.2f a task", shared, trips, n, perTask[shared])
+		}
+		// Claim + read of the task: two more round trips a task start, no
+		// more (the permit is freed within the next claim). Write and read
+		// batching and the feed's batches blur the count by a few tenths.
+		if d := perTask[true] - perTask[false]; d > 2.5 || d < 0.5 {
+			t.Fatalf("shared costs %.2f round trips a task more than instance-owned, want about 2", d)
+		}
+	})
+}
