@@ -215,3 +215,64 @@ func TestScaleOutThirdInstanceTwoPlans(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestScaleOutShutdown: a stopping instance (SIGTERM) stops claiming work
+// and pauses its running tasks between two stages as ever, but the plan
+// stays RUNNING: the other instance goes on with its PENDING tasks. A plan
+// resume (on any instance) queues the tasks the shutdown paused, which
+// resume from their checkpoints.
+func TestScaleOutShutdown(t *testing.T) {
+	t.Parallel()
+	d := newDrill(t, nil, "DEPLOYCOORD_PLAN_POLL=200ms")
+	tg := newFaultTarget(t)
+	tg.setDelay("first", 300*time.Millisecond)
+	a, b := d.start("coord-a"), d.start("coord-b")
+	ts := scaleTenants("sd", 16)
+	p := a.createPlan(map[string]any{
+		"name": "shutdown", "stages": []any{tg.stage("first"), tg.stage("second")}, "tenants": tenants(ts...), "maxConcurrency": 4,
+	})
+	var onA []string
+	until(t, 20*time.Second, func() (bool, string) {
+		onA = onA[:0]
+		for _, tk := range b.planTasks(p.PlanID, "?status=RUNNING&limit=1000") {
+			if tk.Owner == "coord-a" {
+				onA = append(onA, tk.TenantID)
+			}
+		}
+		return len(onA) > 0, "no task running on coord-a"
+	})
+	a.stop()
+	after := b.plan(p.PlanID)
+	if after.Status != "RUNNING" {
+		t.Fatalf("plan after coord-a stopped: %s %q, want RUNNING", after.Status, after.Reason)
+	}
+	var paused []string
+	for _, tk := range b.planTasks(p.PlanID, "?status=PAUSED&limit=1000") {
+		if tk.Owner != "coord-a" || tk.Reason != "instance shutdown" {
+			t.Errorf("paused task %s: owner %s reason %q, want coord-a, instance shutdown", tk.TenantID, tk.Owner, tk.Reason)
+		}
+		paused = append(paused, tk.TenantID)
+	}
+	// coord-b finishes every PENDING task; the paused ones wait.
+	until(t, 30*time.Second, func() (bool, string) {
+		c := b.plan(p.PlanID).Counts
+		return c[task.StatusPending] == 0 && c[task.StatusRunning] == 0, fmt.Sprintf("counts %v", c)
+	})
+	c := b.plan(p.PlanID).Counts
+	if c[task.StatusPaused] != len(paused) || c[task.StatusCompleted]+len(paused) != 16 {
+		t.Fatalf("counts %v with %d paused by the shutdown", c, len(paused))
+	}
+	d.figure("tasks paused by coord-a's SIGTERM (the rest completed, most on coord-b)", len(paused))
+	if len(paused) > 0 {
+		must[httpapi.Plan](b, "POST", "/v1/plans/"+p.PlanID+"/resume", map[string]any{"reason": "scale-out drill: coord-a stopped"}, http.StatusOK)
+	}
+	b.waitPlan(p.PlanID, 30*time.Second, "COMPLETED")
+	for _, id := range ts {
+		for _, st := range []string{"first", "second"} {
+			if n := len(tg.of(id, st)); n != 1 {
+				t.Errorf("%s/%s called %d times, want once", id, st, n)
+			}
+		}
+	}
+	checkCounts(t, b, p.PlanID)
+}
