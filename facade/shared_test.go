@@ -73,15 +73,21 @@ func tenants(n int) []string {
 
 func owners(t *testing.T, c *facade.Coordinator, planID string) map[string]int {
 	t.Helper()
-	ts, _, err := c.PlanTasks(context.Background(), planID, plan.TaskFilter{Limit: plan.LimitMax})
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]int{}
-	for _, v := range ts {
-		out[v.Owner]++
+	f := plan.TaskFilter{Limit: plan.LimitMax}
+	for {
+		ts, next, err := c.PlanTasks(context.Background(), planID, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range ts {
+			out[v.Owner]++
+		}
+		if next == "" {
+			return out
+		}
+		f.Cursor = next
 	}
-	return out
 }
 
 func queueState(t *testing.T, b *bundle, planID string) (queued, held []plan.QueueEntry) {
@@ -280,5 +286,48 @@ func TestSharedStartRoundTrips(t *testing.T) {
 		if d := perTask[true] - perTask[false]; d > 2.5 || d < 0.5 {
 			t.Fatalf("shared costs %.2f round trips a task more than instance-owned, want about 2", d)
 		}
+	})
+}
+
+// TestSharedPlanLarge: a plan of 2 000 tasks runs to its end on two
+// instances with a high maxConcurrency and both go idle (the claim loop
+// computes its share outside the plan run's lock).
+func TestSharedPlanLarge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2 000 tasks")
+	}
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		other := b.second("coord-b")
+		names := make([]string, 2000)
+		for i := range names {
+			names[i] = fmt.Sprintf("big-%04d", i)
+		}
+		s := spec([]task.StageSpec{noopStage("only")}, names...)
+		s.MaxConcurrency = 64
+		v := b.create(s)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		for {
+			pv, err := other.Plan(ctx, v.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pv.Status == plan.StatusCompleted {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("plan not completed: %v", pv.Counts)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		b.idle(b.coord)
+		b.idle(other)
+		by := owners(t, b.coord, v.ID)
+		if by["coord-a"]+by["coord-b"] != 2000 {
+			t.Fatalf("owners %v", by)
+		}
+		t.Logf("tasks per instance %v", by)
 	})
 }
