@@ -117,10 +117,29 @@ func (c *Coordinator) orphanedCount(ctx context.Context, planID string, counts p
 	if err != nil {
 		return -1
 	}
-	for _, n := range byOwner {
+	for owner, n := range byOwner {
+		if owner == c.cfg.Instance {
+			// This instance's own RUNNING tasks that do not run here (an
+			// earlier process with the same id died, or a run lost its
+			// lease) are orphaned too.
+			n = min(n, c.localRuns(planID))
+		}
 		running -= n
 	}
 	return max(running, 0)
+}
+
+// localRuns counts the runs of a plan's tasks on this instance.
+func (c *Coordinator) localRuns(planID string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, r := range c.tasks {
+		if r.t.PlanID == planID {
+			n++
+		}
+	}
+	return n
 }
 
 // Plans lists plans, newest first, and the cursor of the next page.

@@ -331,3 +331,52 @@ func TestSharedPlanLarge(t *testing.T) {
 		t.Logf("tasks per instance %v", by)
 	})
 }
+
+// TestPlanOrphanedCountsOwnLostTasks: a RUNNING task stored under this
+// instance's id that does not run here (an earlier process with the same id
+// died) counts in the plan's orphaned count, as the task view says.
+func TestPlanOrphanedCountsOwnLostTasks(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be)
+		ctx := context.Background()
+		s := spec([]task.StageSpec{noopStage("only")}, "tenant-lost", "tenant-idle")
+		no := false
+		s.Start = &no
+		v := b.create(s)
+		p, _, err := b.store.Plan(ctx, v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(time.Now(), "coord-a"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.store.UpdatePlan(ctx, p, plan.StatusCreated); err != nil {
+			t.Fatal(err)
+		}
+		tk, _, err := b.store.TaskByTenant(ctx, "tenant-lost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := tk.Status
+		if err := tk.Start(time.Now(), "coord-a", 7); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.store.WriteTask(ctx, task.Write{Task: tk, PrevStatus: prev, ExpectSeq: tk.Seq, Guard: task.Guard{Fence: 7}}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, func() error {
+			pv, err := b.coord.Plan(ctx, v.ID)
+			if err != nil {
+				return err
+			}
+			if pv.Orphaned != 1 || pv.Counts[task.StatusRunning] != 1 {
+				return fmt.Errorf("orphaned %d, counts %v; want 1 orphaned", pv.Orphaned, pv.Counts)
+			}
+			return nil
+		})
+		tv, err := b.coord.TaskByTenant(ctx, "tenant-lost")
+		if err != nil || !tv.Orphaned {
+			t.Fatalf("task view: orphaned %v, %v", tv.Orphaned, err)
+		}
+	})
+}
