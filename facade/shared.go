@@ -107,9 +107,7 @@ func (pr *planRun) sharedLoop() {
 		select {
 		case <-idle.C:
 		case <-pr.wake:
-			if !idle.Stop() {
-				<-idle.C
-			}
+			idle.Stop() // (Go ≥ 1.23: no stale tick is delivered after Stop)
 		case <-c.hardStop.Done():
 		}
 	}
