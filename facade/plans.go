@@ -264,7 +264,12 @@ type ResumeOptions struct {
 	IncludeOrphaned bool
 }
 
-// ResumePlan resumes a plan on this instance, which becomes its owner:
+// ResumePlan resumes a plan. With shared plans (Config.SharedPlans) the
+// plan's PAUSED tasks the plan pause or a shutdown paused (with
+// IncludeOrphaned: its orphans and every PAUSED task) are queued for every
+// instance to run under maxConcurrency, and a RUNNING plan may be resumed
+// whoever owns it. Otherwise it resumes on this instance, which becomes its
+// owner:
 //
 //   - a PAUSED plan: its PENDING tasks start and the tasks the plan pause or
 //     an instance shutdown paused resume from their checkpoints;
