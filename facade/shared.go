@@ -47,7 +47,10 @@ func (c *Coordinator) claimPoll() time.Duration {
 // share is how many of a plan's maxConcurrency tasks this instance runs at
 // most: an equal part for every live instance, the remainder to the first
 // ones by sorted instance id — so that one fast instance does not starve
-// the others. All of it while the live instances are unknown.
+// the others —, and at least one (with more live instances than
+// maxConcurrency the permits still bound the total; an instance listed
+// alive that takes no work, say one that just died, then stalls nobody).
+// All of it while the live instances are unknown.
 func (c *Coordinator) share(maxConcurrency int) int {
 	maxConcurrency = max(maxConcurrency, 1)
 	live := c.liveOwners() // sorted, with this instance
@@ -62,7 +65,7 @@ func (c *Coordinator) share(maxConcurrency int) int {
 	if rank < maxConcurrency%len(live) {
 		n++
 	}
-	return n
+	return max(n, 1)
 }
 
 // queueEntries are the entries of items.
