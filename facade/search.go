@@ -85,6 +85,9 @@ func (c *Coordinator) SearchTasks(ctx context.Context, q TaskQuery) (TaskPage, e
 	for _, t := range ts {
 		page.Tasks = append(page.Tasks, c.taskView(t, nil))
 	}
+	if err := fromMemory(page.Degraded, len(page.Tasks), "the tasks asked for"); err != nil {
+		return TaskPage{}, err
+	}
 	return page, nil
 }
 
