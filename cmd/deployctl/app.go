@@ -128,7 +128,7 @@ func commandTable() []command {
 			`deployctl plan cancel plan-01JDQZV5X8M7R2K9C3B4N6P0QS --reason "rolled back"`, planAction("cancel")},
 		{"plan repair-counts", "ID --reason R", "Recompute a plan's task counts from its task records (if they ever drifted).",
 			`deployctl plan repair-counts plan-01JDQZV5X8M7R2K9C3B4N6P0QS --reason "counts disagree with plan tasks"`, planAction("repair-counts")},
-		{"plan retry", "ID (--status S ... | --orphaned) [--tenant T ...] [--from-stage S | --from-start] --reason R [--dry-run] [--yes]",
+		{"plan retry", "ID (--status S ... | --orphaned) [--tenant T ... | --tenants-file F] [--from-stage S | --from-start] --reason R [--dry-run] [--yes]",
 			"Retry many of a plan's tasks at once: those in the given statuses (FAILED, PAUSED, CANCELLED) and/or orphaned, optionally only the given tenants, from their checkpoints. Without --yes it first shows the dry run (how many tenants, which) and asks y/N on a terminal; without a terminal it needs --yes. Exit 4 when some selected tenants were skipped (listed with the reason).",
 			`deployctl plan retry plan-01JDQZV5X8M7R2K9C3B4N6P0QS --status FAILED --reason "INC-1234 config server fixed"`, (*app).planRetry},
 		{"status", "--tenant ID | --tenants-file F", "Show the current task of a tenant, or of every tenant listed in a file (one id a line, # comments; - reads stdin).",
