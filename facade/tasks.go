@@ -36,7 +36,16 @@ func (c *Coordinator) TaskByTenant(ctx context.Context, tenantID string) (TaskVi
 	if err != nil {
 		return TaskView{}, translate(err, "task of tenant "+tenantID)
 	}
-	return c.taskView(t, ck), nil
+	v := c.taskView(t, ck)
+	if t.Status == task.StatusRunning {
+		// One more round trip, for running tasks only: when the lock frees
+		// is what an operator waiting to retry an orphaned task needs.
+		if info, err := c.locks.View(ctx, tenantID); err == nil && info.Held && info.Holder.TaskID == t.ID {
+			at := c.now().Add(info.TTL).UTC()
+			v.LockExpiresAt = &at
+		}
+	}
+	return v, nil
 }
 
 // Task returns a task by id with its checkpoint.
