@@ -37,6 +37,9 @@ const (
 	envToken       = "DEPLOYCTL_TOKEN"
 	outputTable    = "table"
 	outputJSON     = "json"
+	// outputWide is a table with more columns (tasks: heartbeat, fence,
+	// plan).
+	outputWide = "wide"
 )
 
 // usageError is a bad invocation, caught before any request: exit 2.
@@ -74,7 +77,7 @@ var globalNames = map[string]bool{"server": true, "token": true, "o": true, "out
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.server, "server", g.server, "API address (env "+envServer+", default "+serverDefault+")")
 	fs.Var(&g.token, "token", "bearer token (env "+envToken+"); never printed")
-	fs.StringVar(&g.output, "o", g.output, "output format: table or json")
+	fs.StringVar(&g.output, "o", g.output, "output format: table, wide (more columns) or json")
 	fs.StringVar(&g.output, "output", g.output, "same as -o")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "time limit of each request")
 	fs.BoolVar(&g.verbose, "v", g.verbose, "log each request (method, URL, status, duration) to stderr")
@@ -280,7 +283,7 @@ func (a *app) flagSet(c command) *flag.FlagSet {
 			fmt.Fprint(w, "\nflags:\n")
 			own.PrintDefaults()
 		}
-		fmt.Fprintf(w, "\nglobal flags: --server, --token, -o table|json, --timeout, -v (deployctl -h)\n\nexample:\n  %s\n", c.example)
+		fmt.Fprintf(w, "\nglobal flags: --server, --token, -o table|wide|json, --timeout, -v (deployctl -h)\n\nexample:\n  %s\n", c.example)
 	}
 	return fs
 }
@@ -338,9 +341,9 @@ func (a *app) setup() error {
 		g.token = secret(a.getenv(envToken))
 	}
 	switch g.output {
-	case outputTable, outputJSON:
+	case outputTable, outputJSON, outputWide:
 	default:
-		return usagef("-o %q: want table or json", g.output)
+		return usagef("-o %q: want table, wide or json", g.output)
 	}
 	if g.timeout <= 0 {
 		return usagef("--timeout must be positive")
@@ -367,6 +370,9 @@ func (a *app) setup() error {
 }
 
 func (a *app) json() bool { return a.g.output == outputJSON }
+
+// wide reports whether tables get their extra columns (-o wide).
+func (a *app) wide() bool { return a.g.output == outputWide }
 
 // exit prints err and returns the exit code it means.
 func (a *app) exit(err error) int {

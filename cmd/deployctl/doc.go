@@ -18,8 +18,9 @@
 // address; --token (env DEPLOYCTL_TOKEN) is sent as "Authorization: Bearer".
 // The token is never printed: not by -h (its flag has no visible value), not
 // in errors, not by -v (which logs method, URL, status and duration only).
-// -o table|json picks the output; --timeout bounds each request. Global
-// flags may come before or after the command, and flags may follow the
+// -o table|wide|json picks the output (wide: tables with more columns);
+// --timeout bounds each request. Global flags may come before or after the
+// command, and flags may follow the
 // positional arguments ("plan show ID --watch").
 //
 // # Output

@@ -136,6 +136,9 @@ func tenantIDs(file string, data []byte) ([]string, error) {
 
 // taskTable starts a table of tasks; withCheckpoint adds a CHECKPOINT column.
 func (a *app) taskTable(withCheckpoint ...bool) *table {
+	if a.wide() {
+		return newTable(a.stdout, "TENANT", "STATUS", "STAGE", "ATTEMPT", "OWNER", "HEARTBEAT", "FENCE", "UPDATED", "PLAN", "TASK", "ERROR")
+	}
 	if len(withCheckpoint) > 0 && withCheckpoint[0] {
 		return newTable(a.stdout, "TENANT", "STATUS", "STAGE", "ATTEMPT", "CHECKPOINT", "OWNER", "UPDATED", "PLAN", "TASK", "ERROR")
 	}
@@ -146,6 +149,11 @@ func (a *app) taskTable(withCheckpoint ...bool) *table {
 // checkpoint) for a table with the CHECKPOINT column, else nil.
 func (a *app) taskRow(t *table, tk httpapi.Task, d *httpapi.TaskDetail) {
 	now := a.now()
+	if a.wide() {
+		t.row(cell(tk.TenantID), taskStatus(tk), stageText(tk), strconv.Itoa(tk.Attempt), cell(tk.Owner), ago(tk.HeartbeatAt, now),
+			strconv.FormatInt(tk.Fence, 10), ago(tk.UpdatedAt, now), cell(tk.PlanID), cell(tk.TaskID), cell(tk.LastError))
+		return
+	}
 	if d != nil {
 		t.row(cell(tk.TenantID), taskStatus(tk), stageText(tk), strconv.Itoa(tk.Attempt), checkpointShort(d),
 			cell(tk.Owner), ago(tk.UpdatedAt, now), cell(tk.PlanID), cell(tk.TaskID), cell(tk.LastError))
