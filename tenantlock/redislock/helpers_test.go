@@ -1,8 +1,8 @@
 package redislock
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"testing"
