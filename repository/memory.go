@@ -413,10 +413,6 @@ func (m *Memory) PlanTasks(_ context.Context, planID string, f plan.TaskFilter) 
 	if want != "" || f.TenantPrefix != "" {
 		scan = m.scanMax
 	}
-	now := f.Now
-	if now.IsZero() {
-		now = m.cfg.Clock()
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mp := m.plans[planID]
@@ -434,7 +430,7 @@ func (m *Memory) PlanTasks(_ context.Context, planID string, f plan.TaskFilter) 
 		} else if fs != nil && i < len(fs.items) && !fs.items[i].gone && fs.items[i].id == mp.taskIDs[i] {
 			t = fs.record(i)
 		}
-		if t != nil && keepTask(t, want, f, now) {
+		if t != nil && keepTask(t, want, f) {
 			out = append(out, copyTaskOut(t))
 		}
 	}

@@ -52,10 +52,10 @@ func NewRedis(client redis.UniversalClient, cfg Config) (*Redis, error) {
 	}
 	r := &Redis{c: client, keys: keys, cfg: cfg, scanMax: ScanMax}
 	if !cfg.NoWriteBatching {
-		r.batcher = &writeBatcher{max: cfg.WriteBatchMax, senders: writeSenders, sendNow: r.sendNow}
+		r.batcher = &writeBatcher{max: cfg.WriteBatchMax, sendNow: r.sendNow}
 	}
 	if !cfg.NoReadBatching {
-		r.reads = &readBatcher{max: readBatchMax, senders: readSenders, sendNow: r.sendReads}
+		r.reads = &readBatcher{max: readBatchMax, sendNow: r.sendReads}
 	}
 	if cfg.TenantHints > 0 {
 		r.hints = newTenantHints(cfg.TenantHints)
@@ -565,12 +565,8 @@ func (r *Redis) PlanTasks(ctx context.Context, planID string, f plan.TaskFilter)
 		return nil, "", err
 	}
 	out := tasks[:0]
-	now := f.Now
-	if now.IsZero() {
-		now = r.now()
-	}
 	for _, t := range tasks {
-		if keepTask(t, want, f, now) {
+		if keepTask(t, want, f) {
 			out = append(out, t)
 		}
 	}
@@ -604,14 +600,10 @@ func taskFilter(f plan.TaskFilter) (int64, task.Status, error) {
 	return pos, want, nil
 }
 
-func keepTask(t *task.Task, want task.Status, f plan.TaskFilter, now time.Time) bool {
-	if want != "" && t.Status != want {
-		return false
-	}
-	if !strings.HasPrefix(t.TenantID, f.TenantPrefix) {
-		return false
-	}
-	return !f.Orphaned || t.Orphaned(now, f.OrphanAfter)
+// keepTask reports whether t passes the filter's status (want; RUNNING for
+// Orphaned) and tenant prefix.
+func keepTask(t *task.Task, want task.Status, f plan.TaskFilter) bool {
+	return (want == "" || t.Status == want) && strings.HasPrefix(t.TenantID, f.TenantPrefix)
 }
 
 // readTasks reads the records of tasks by id, in order, skipping missing
