@@ -283,7 +283,7 @@ func TestRedisWriteReplayIsIdempotent(t *testing.T) {
 		tk := fx.tasks[0]
 		tkk, _ := e.redis.keys.taskKeys(tk.TenantID, tk.ID)
 		// The arguments a write sends (no lock, fence 0, expecting seq 0).
-		tw, err := encodeTaskWrite(task.Write{Task: tk, Events: []task.Event{{Type: task.EventStarted}}})
+		tw, err := EncodeWrite(task.Write{Task: tk, Events: []task.Event{{Type: task.EventStarted}}})
 		if err != nil {
 			t.Fatal(err)
 		}
