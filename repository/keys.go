@@ -214,8 +214,8 @@ func (k Keys) Idempotency(scope, key string) (string, error) {
 	return k.prefix + "idem:" + scope + ":{" + hex.EncodeToString(sum[:]) + "}", nil
 }
 
-// Events returns {p}events, the bounded event feed (STREAM, trimmed to about
-// Config.EventsMax entries).
+// Events returns {p}events, the bounded event feed (STREAM, an entry per batch
+// of events, trimmed to the newest Config.EventsMax events).
 func (k Keys) Events() string { return k.prefix + "events" }
 
 // Instances returns {p}instances, every coordinator instance id scored by its
