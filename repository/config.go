@@ -57,6 +57,10 @@ type Config struct {
 	// pipelines of their own. By default, the reads of concurrent queries
 	// share pipelines (see groupcommit.go).
 	NoReadBatching bool
+	// FullWrites sends every mutable record field on every task write. By
+	// default a write of a RUNNING task sends only the fields that changed
+	// since its last write this store saw acknowledged (see delta.go).
+	FullWrites bool
 	// WriteBatchMax is the most task writes one shared pipeline carries
 	// (default WriteBatchMaxDefault).
 	WriteBatchMax int

@@ -33,6 +33,9 @@ type Redis struct {
 	reads *readBatcher
 	// hints remembers tenants' current task ids (nil: none).
 	hints *tenantHints
+	// last remembers tasks' last acknowledged writes, for delta writes
+	// (nil: Config.FullWrites).
+	last *lastWrites
 }
 
 // NewRedis returns a store on client. Zero fields of cfg mean the defaults;
@@ -53,6 +56,9 @@ func NewRedis(client redis.UniversalClient, cfg Config) (*Redis, error) {
 	r := &Redis{c: client, keys: keys, cfg: cfg, scanMax: ScanMax}
 	if !cfg.NoWriteBatching {
 		r.batcher = &writeBatcher{max: cfg.WriteBatchMax, sendNow: r.sendNow}
+	}
+	if !cfg.FullWrites {
+		r.last = newLastWrites()
 	}
 	if !cfg.NoReadBatching {
 		r.reads = &readBatcher{max: readBatchMax, sendNow: r.sendReads}

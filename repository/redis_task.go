@@ -82,16 +82,35 @@ func EncodeWrite(w task.Write) (*EncodedWrite, error) {
 func (tw *EncodedWrite) ID() string { return tw.id }
 
 // scriptArgs returns write_task.lua's arguments; full sends the fixed
-// fields themselves instead of their digest.
-func (tw *EncodedWrite) scriptArgs(writeID *string, full bool) []any {
+// fields themselves instead of their digest; a base (not full) sends only
+// the mutable fields that differ from it, and heartbeatAt (delta.go).
+func (tw *EncodedWrite) scriptArgs(writeID *string, full bool, base *ackWrite) []any {
+	if full {
+		base = nil
+	}
 	n := len(mutableFields) + 1
 	if full {
 		n += 4
 	}
-	tw.nFields = int64(n)
 	args := make([]any, 0, 10+2*n+len(tw.events))
 	args = append(args, &tw.w.Guard.LockValue, &tw.fence, &tw.expect, writeID, &tw.ckpt,
 		flag(tw.w.ClearRequests), flag(tw.w.ReleaseLock), &tw.timelineMax, &tw.ttl, &tw.nFields)
+	if base != nil {
+		n = 1
+		for i, name := range mutableFields {
+			if tw.vals[i] != base.vals[i] || name == fHeartbeatAt {
+				args = append(args, name, &tw.vals[i])
+				n++
+			}
+		}
+		args = append(args, checkPrevWrite, &base.id)
+		tw.nFields = int64(n)
+		for i := range tw.events {
+			args = append(args, &tw.events[i])
+		}
+		return args
+	}
+	tw.nFields = int64(n)
 	for i, name := range mutableFields {
 		args = append(args, name, &tw.vals[i])
 	}
@@ -118,7 +137,7 @@ func (r *Redis) WriteEncoded(ctx context.Context, tw *EncodedWrite) (task.WriteR
 	req := &writeReq{
 		pending: pending{ctx: ctx},
 		wKeys:   []string{tk.task, tk.ckpt, tk.timeline, tk.lock, tk.index, tk.history},
-		wArgs:   tw.scriptArgs(&writeID, false),
+		wArgs:   tw.scriptArgs(&writeID, false, r.last.base(tw)),
 	}
 	var pk planKeys
 	if tw.moving {
@@ -132,6 +151,18 @@ func (r *Redis) WriteEncoded(ctx context.Context, tw *EncodedWrite) (task.WriteR
 			req.ref = tk.ref
 		}
 	}
+	res, err := r.sendWrite(ctx, op, tw, req, tk, pk)
+	if err != nil {
+		r.last.forget(t.ID)
+	} else {
+		r.last.acked(tw)
+	}
+	return res, err
+}
+
+// sendWrite sends a write's request and reads its answers (WriteEncoded).
+func (r *Redis) sendWrite(ctx context.Context, op string, tw *EncodedWrite, req *writeReq, tk taskKeys, pk planKeys) (task.WriteResult, error) {
+	writeID, t := tw.id, tw.w.Task
 	if err := r.send(req); err != nil {
 		return task.WriteResult{}, wrapErr(ctx, op, err)
 	}
@@ -140,9 +171,11 @@ func (r *Redis) WriteEncoded(ctx context.Context, tw *EncodedWrite) (task.WriteR
 		return task.WriteResult{}, wrapErr(ctx, op, err)
 	}
 	if len(v) > 0 && replyInt(v[0]) == 2 {
-		// The fixed fields changed (or the record has no digest): the same
-		// write again with them. The counts update of the first attempt stands.
-		again := &writeReq{pending: pending{ctx: ctx}, wKeys: req.wKeys, wArgs: tw.scriptArgs(&writeID, true)}
+		// The fixed fields changed (or the record has no digest), or the
+		// record no longer carries the write a delta was relative to: the
+		// same write again, whole. The counts update of the first attempt
+		// stands.
+		again := &writeReq{pending: pending{ctx: ctx}, wKeys: req.wKeys, wArgs: tw.scriptArgs(&writeID, true, nil)}
 		if err := r.send(again); err != nil {
 			return task.WriteResult{}, wrapErr(ctx, op, err)
 		}
