@@ -32,7 +32,7 @@ import (
 // deploycoord alone); "all" does not include it.
 var sectionNames = []string{"rtt", "create", "throughput", "query", "memory", "scripts"}
 
-var extraSections = []string{"plan"}
+var extraSections = []string{"plan", "shared"}
 
 // config holds the command's flags.
 type config struct {
@@ -84,7 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.QueryDuration, "query-duration", 4*time.Second, "length of one query load run")
 	fs.DurationVar(&c.MemSample, "mem-sample", time.Second, "heap sampling period during the big plan")
 	fs.StringVar(&sections, "sections", "all", "comma-separated sections to run: "+strings.Join(sectionNames, ", ")+
-		" (all of them: all), or plan (throughput without asynq, to profile deploycoord alone)")
+		" (all of them: all), or plan (throughput without asynq, to profile deploycoord alone), or shared (one plan's work on 1 and 2 instances, and the -big plan on 3)")
 	fs.StringVar(&c.LogLevel, "log-level", "disabled", "coordinator log level (logs go to io.Discard): disabled, info, ...")
 	fs.StringVar(&c.Format, "format", "text", "table format: text or markdown")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the sections run to this file")
@@ -289,6 +289,12 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 			r.planS = append(r.planS, pr)
 			stats()
 		}
+	case "shared":
+		res, err := e.measureShared(ctx, progress)
+		if err != nil {
+			return err
+		}
+		r.shared = res
 	case "query":
 		res, err := e.measureQuery(ctx, cfg.N)
 		if err != nil {

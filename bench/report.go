@@ -32,6 +32,7 @@ type report struct {
 	query       *queryResult
 	mem         *memResult
 	scripts     []scriptCost
+	shared      *sharedResult
 }
 
 // row is one line of the table.
@@ -96,6 +97,7 @@ func perOp(v float64) string {
 func (r *report) tables() []table {
 	var out []table
 	cfg := r.cfg
+
 	if len(r.plan1) > 0 {
 		t := table{title: fmt.Sprintf("Throughput (median of %d rounds, order alternating)", len(r.plan1))}
 		ours := make([]float64, len(r.plan1))
@@ -277,6 +279,9 @@ func (r *report) tables() []table {
 			t.rows = append(t.rows, row{c.what, fmt.Sprintf("%.1f µs", float64(c.per)/float64(time.Microsecond)), "", ""})
 		}
 		out = append(out, t)
+	}
+	if r.shared != nil {
+		out = append(out, r.shared.table(cfg.Concurrency))
 	}
 	return out
 }

@@ -255,7 +255,8 @@
 //	Memory   memory.go (plans), memory_task.go (tasks), memfresh.go (compact new
 //	         tasks), feed.go (its feed ring), mirror.go (what the Dual asks of
 //	         it: Mirror*, Resolve*, *Queued)
-//	Dual     dual.go (reads, writes), dual_queue.go (write-behind queue)
+//	Dual     dual.go (reads, writes), dual_writebehind.go (write-behind queue),
+//	         dual_queue.go (the shared work queue, Redis only)
 //
 // Dual composes the two through their exported methods only. A stage write
 // reads as a straight line: Dual.WriteTask → EncodeWrite (once) →
