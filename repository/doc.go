@@ -81,6 +81,11 @@
 //     creation time) are sent as a digest only; a write whose task changed
 //     one of them is answered "send them" before anything is written, and
 //     the store sends it again with them (one more round trip, record.go).
+//     A write of a RUNNING task (not a start, re-run or takeover) sends
+//     only the mutable fields that changed since the task's last write this
+//     store saw acknowledged, and heartbeatAt, relative to that write's id
+//     ("?prevWrite"); a record that no longer carries that id answers "send
+//     them" the same way (delta.go; Config.FullWrites turns it off).
 //  2. move_plan_counts.lua, in the plan's slot, only when the write moves
 //     the counts: when the status changes (Write.PrevStatus != Task.Status),
 //     and on a takeover or re-run of a RUNNING task — PrevStatus and status
