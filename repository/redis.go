@@ -578,7 +578,8 @@ func (r *Redis) RepairCounts(ctx context.Context, planID string) (plan.Counts, e
 	for i, st := range task.Statuses {
 		counts[st] = int(replyInt(s[1+i]))
 	}
-	return counts, nil
+	// The status indexes of the search follow the repaired ledger.
+	return counts, r.reindexPlan(ctx, op, planID)
 }
 
 // recount fills entries with the ledger entries of one batch of task records.

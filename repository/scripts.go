@@ -84,7 +84,7 @@ var (
 		writeTaskScript, movePlanCountsScript, correctPlanCountsScript, repairPlanCountsScript,
 		requestTaskScript, beatTaskScript, updatePlanScript, createPlanScript, pushPlanTasksScript,
 		listPlanTasksScript, restoreIndexScript, claimIdempotencyScript, finishIdempotencyScript,
-		appendEventsScript,
+		appendEventsScript, searchPlanTasksScript, searchPruneScript, reindexPlanScript,
 	}
 )
 
