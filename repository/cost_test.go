@@ -234,9 +234,9 @@ func TestRedisCostPerPhase(t *testing.T) {
 	budgets := map[string]float64{
 		"create (CreatePlan)":                    7,
 		"lock (acquire)":                         6,
-		"start write (PENDING→RUNNING)":          13,
+		"start write (PENDING→RUNNING)":          16,
 		"stage write":                            8,
-		"final write (COMPLETED, lock released)": 15,
+		"final write (COMPLETED, lock released)": 18,
 		"feed (4 events a task, batches of 256)": 0.25,
 	}
 	for _, c := range costs {
