@@ -23,9 +23,10 @@ import (
 // start, re-run or takeover) are sent as deltas, and only when the fixed
 // fields' digest is the remembered one. A task's entry is dropped when its
 // write is refused, fails or finishes the task; the memory holds at most
-// deltaMax tasks (it is cleared when full).
+// deltaMax tasks, a few hundred bytes each (it is cleared when full: the
+// next writes are whole).
 const (
-	deltaMax = 1 << 16
+	deltaMax = 1 << 14
 	// checkPrevWrite is the pseudo-field a delta write sends the id of the
 	// write it is relative to under.
 	checkPrevWrite = "?prevWrite"
