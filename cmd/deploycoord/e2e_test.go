@@ -480,16 +480,20 @@ func TestE2EShutdownThenResumeElsewhere(t *testing.T) {
 	// The plan-owner mode (shared mode: TestScaleOutShutdown).
 	a := c.start("coord-a", "DEPLOYCOORD_SHARED_PLANS=false")
 
+	// Both tasks must be RUNNING at once before the SIGTERM: the drain
+	// stage lasts long enough (5s) that a start delayed by a loaded machine
+	// (seen: sd-2 starting 1.5s after sd-1, after a 1s drain had ended)
+	// still overlaps the other task's stage.
 	p := a.createPlan(map[string]any{
 		"name":    "drain",
-		"stages":  []any{sleepStage("drain", "1s"), httpStage(tg, "verify")},
+		"stages":  []any{sleepStage("drain", "5s"), httpStage(tg, "verify")},
 		"tenants": tenants("sd-1", "sd-2"),
 	})
-	until(t, 10*time.Second, func() (bool, string) {
+	until(t, 20*time.Second, func() (bool, string) {
 		p = a.plan(p.PlanID)
 		return p.Counts["RUNNING"] == 2, fmt.Sprintf("plan counts %v, want 2 RUNNING", p.Counts)
 	})
-	a.stop() // the 1s stage ends well within the 30s grace
+	a.stop() // the 5s stage ends well within the 30s grace
 
 	b := c.start("coord-b", "DEPLOYCOORD_SHARED_PLANS=false")
 	if p = b.plan(p.PlanID); p.Status != "PAUSED" || p.Reason != "instance shutdown" || p.Counts["PAUSED"] != 2 {
