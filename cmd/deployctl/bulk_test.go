@@ -169,11 +169,8 @@ func TestPlanRetry(t *testing.T) {
 	for _, tn := range []string{"t-r1", "t-r2", "t-r3"} {
 		s.heal(tn)
 	}
-	lease, err := s.locks.Acquire(context.Background(), "t-r3", tenantlock.Holder{
+	lease := s.holdLock(t, "t-r3", tenantlock.Holder{
 		PlanID: "plan-01JDQZV5X8M7R2K9C3B4N6P0QS", TaskID: "task-01JDQZV5X8M7R2K9C3B4N6P0QS", Instance: "coord-b"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	r = s.cliTyping(t, "y\n", "plan", "retry", id, "--status", "FAILED", "--reason", reason)
 	must(t, r, 4, "stdout", "retried 2 tenant(s) of plan "+id, "t-r1, t-r2", "skipped 1:", "TENANT", "CODE", "t-r3", "TENANT_LOCKED")
 	must(t, r, 4, "stderr", "1 selected tenant(s) of plan "+id+" were not retried")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/task/stage"
+	"github.com/deploycoord/deploycoord/tenantlock"
 	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
@@ -289,4 +291,35 @@ func eventually(t *testing.T, f func() error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// holdLock takes tenantID's lock for holder as another instance would. The
+// SET NX of Acquire is bounded by Lease/20 (250ms here), which a loaded
+// machine running the race detector can exceed (seen in CI: "acquire tenant
+// t-lock: context deadline exceeded"): such a call is tried again, after
+// freeing the lock if the timed-out attempt took it after all.
+func (s *stack) holdLock(t *testing.T, tenantID string, holder tenantlock.Holder) *redislock.Lease {
+	t.Helper()
+	var err error
+	for range 20 {
+		var lease *redislock.Lease
+		lease, err = s.locks.Acquire(context.Background(), tenantID, holder)
+		if err == nil {
+			return lease
+		}
+		var re *redislock.RedisError
+		var locked *tenantlock.LockedError
+		switch {
+		case errors.As(err, &re) && re.Unavailable():
+		case errors.As(err, &locked) && locked.Holder == holder:
+			if _, ferr := s.locks.ForceRelease(context.Background(), tenantID, locked.Fence); ferr != nil {
+				t.Logf("free the lock a timed-out attempt took: %v", ferr)
+			}
+		default:
+			t.Fatalf("lock of %s: %v", tenantID, err)
+		}
+		t.Logf("lock of %s, tried again: %v", tenantID, err)
+	}
+	t.Fatalf("lock of %s: %v", tenantID, err)
+	return nil
 }

@@ -207,11 +207,8 @@ func TestLock(t *testing.T) {
 	must(t, s.cli(t, "lock", "show", "--tenant", "t-lock"), 0, "stdout", "HELD", "no")
 	must(t, s.cli(t, "lock", "release", "--tenant", "t-lock", "--expected-fence", "1", "--reason", "r"), 3, "stderr", "NOT_FOUND")
 
-	lease, err := s.locks.Acquire(context.Background(), "t-lock", tenantlock.Holder{
+	lease := s.holdLock(t, "t-lock", tenantlock.Holder{
 		PlanID: "plan-01JDQZV5X8M7R2K9C3B4N6P0QS", TaskID: "task-01JDQZV5X8M7R2K9C3B4N6P0QS", Instance: "coord-b"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer func() { _ = lease.Release(context.Background()) }()
 	fence := strconv.FormatInt(lease.Fence(), 10)
 
