@@ -3,6 +3,7 @@ package facade_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -400,8 +401,11 @@ func TestStageTransitionRoundTrips(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		// Warm the script cache and the connection pool.
-		b.create(spec(stages, "t-warm"))
+		// Warm the script cache and the connection pool. On a cluster the
+		// tenant lock's script is loaded (EVALSHA, NOSCRIPT, EVAL) per master
+		// on first use there: warm it on every master, or t-run's lock,
+		// when on another master than t-warm's, costs one more round trip.
+		b.create(spec(stages, warmTenants(ctx, t, b)...))
 		if err := b.coord.Idle(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -422,6 +426,43 @@ func TestStageTransitionRoundTrips(t *testing.T) {
 		}
 		b.waitTask(b.coord, "t-run", task.StatusCompleted)
 	})
+}
+
+// warmTenants returns "t-warm" and, on a cluster, a tenant whose lock key
+// is on each master, so their runs load the lock scripts everywhere.
+func warmTenants(ctx context.Context, t *testing.T, b *bundle) []string {
+	t.Helper()
+	warm := []string{"t-warm"}
+	cc, ok := b.client.(*redis.ClusterClient)
+	if !ok {
+		return warm
+	}
+	var n atomic.Int64 // ForEachMaster calls its function concurrently
+	if err := cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { n.Add(1); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	masters := int(n.Load())
+	keys := b.store.Keys()
+	seen := map[string]bool{}
+	for i := 0; len(seen) < masters; i++ {
+		if i == 1000 {
+			t.Fatalf("no warm-up tenant on %d of %d masters", masters-len(seen), masters)
+		}
+		tn := fmt.Sprintf("t-warm-%d", i)
+		k, err := keys.Lock(tn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := cc.MasterForKey(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addr := m.Options().Addr; !seen[addr] {
+			seen[addr] = true
+			warm = append(warm, tn)
+		}
+	}
+	return warm
 }
 
 // feedFilter counts the pipelines made only of XADD (the event feed).
