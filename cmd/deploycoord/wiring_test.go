@@ -184,11 +184,20 @@ func TestWiringSingleInstance(t *testing.T) {
 				t.Errorf("single-instance warning logged: %t, in single-instance mode: %t", warned, single)
 			}
 			var p httpapi.Plan
-			wiredJSON(t, m, "POST", "/v1/plans", `{"name": "s", "stages": [{"name": "hold", "kind": "sleep", "sleep": {"duration": "1s"}}], "tenants": [{"tenantId": "t-one"}]}`, 201, &p)
+			// The stage holds the lock 3s, so the checks below run while the
+			// task does, even on a loaded machine.
+			wiredJSON(t, m, "POST", "/v1/plans", `{"name": "s", "stages": [{"name": "hold", "kind": "sleep", "sleep": {"duration": "3s"}}], "tenants": [{"tenantId": "t-one"}]}`, 201, &p)
+			// Wait for the lock of the started task (RUNNING with the lock's
+			// fence), not just any lock: an acquisition whose SET NX outlived
+			// its call bound is undone (redsync deletes the key it set) and
+			// taken again later, so a lock seen held before the task started
+			// may be gone at the next read (seen in CI under load).
 			var lock httpapi.Lock
-			wiredAwait(t, "lock held", func() bool {
+			var tk httpapi.TaskDetail
+			wiredAwait(t, "lock held by the running task", func() bool {
 				wiredJSON(t, m, "GET", "/v1/tenants/t-one/lock", "", 200, &lock)
-				return lock.Held
+				wiredJSON(t, m, "GET", "/v1/tenants/t-one/task", "", 200, &tk)
+				return lock.Held && tk.Status == "RUNNING" && tk.Fence == lock.Fence
 			})
 			keys, err := repository.NewKeys(m.Config.KeyPrefix)
 			if err != nil {
