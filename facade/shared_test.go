@@ -390,17 +390,26 @@ func TestSharedPlanLarge(t *testing.T) {
 		v := b.create(s)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
+		// A poll that times out (the 3s query bound: miniredis under -race
+		// serving two instances at 64 tasks at once can be that slow, seen
+		// in CI) is polled again; only the 3 minutes bound the wait.
+		var counts plan.Counts
+	poll:
 		for {
 			pv, err := other.Plan(ctx, v.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if pv.Status == plan.StatusCompleted {
-				break
+			switch {
+			case err != nil && facade.IsUnavailable(err) && ctx.Err() == nil:
+				t.Logf("plan poll, tried again: %v", err)
+			case err != nil:
+				t.Fatalf("plan not completed (%v): %v", counts, err)
+			case pv.Status == plan.StatusCompleted:
+				break poll
+			default:
+				counts = pv.Counts
 			}
 			select {
 			case <-ctx.Done():
-				t.Fatalf("plan not completed: %v", pv.Counts)
+				t.Fatalf("plan not completed: %v", counts)
 			case <-time.After(50 * time.Millisecond):
 			}
 		}

@@ -78,20 +78,21 @@ func TestScaleOutTwoInstances(t *testing.T) {
 	})
 
 	// Both instances run tasks; kill the one that created the plan once
-	// both have and a few tasks of it are running.
+	// both have and a task of coord-a itself is running (a plan-wide
+	// RUNNING count may be all coord-b's: then the kill leaves no orphan).
 	var before map[string]int
+	var runningOnA []string
 	until(t, 30*time.Second, func() (bool, string) {
 		before = ownersOf(b, p.PlanID)
-		running := a.plan(p.PlanID).Counts[task.StatusRunning]
-		return before["coord-a"] >= 4 && before["coord-b"] >= 4 && running > 0,
-			fmt.Sprintf("tasks by owner %v, %d running", before, running)
-	})
-	var runningOnA []string
-	for _, tk := range b.planTasks(p.PlanID, "?status=RUNNING&limit=1000") {
-		if tk.Owner == "coord-a" {
-			runningOnA = append(runningOnA, tk.TenantID)
+		runningOnA = runningOnA[:0]
+		for _, tk := range b.planTasks(p.PlanID, "?status=RUNNING&limit=1000") {
+			if tk.Owner == "coord-a" {
+				runningOnA = append(runningOnA, tk.TenantID)
+			}
 		}
-	}
+		return before["coord-a"] >= 4 && before["coord-b"] >= 4 && len(runningOnA) > 0,
+			fmt.Sprintf("tasks by owner %v, running on coord-a %v", before, runningOnA)
+	})
 	killed := time.Now()
 	a.kill()
 	d.figure("tasks per instance when coord-a was killed", before)
