@@ -288,7 +288,7 @@ func (pr *planRun) runItem(it planItem) (again bool) {
 				continue
 			}
 			pr.log.Warn().Err(err).Str("task_id", it.t.ID).Str("tenant_id", it.t.TenantID).Msg("could not resume task")
-			return IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded)
+			return IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrShuttingDown)
 		}
 	}
 	return false
@@ -328,9 +328,11 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) (again bool) {
 	registered := c.register(r)
 	acquired()
 	if !registered {
+		// The instance is shutting down: the task is still PENDING and its
+		// queue entry is ours alone; a shared run puts it back.
 		r.abandon()
 		c.releaseQuietly(lease)
-		return false
+		return true
 	}
 	pr.add(r)
 	r.addEvent(task.Event{Type: task.EventStarted, Instance: c.cfg.Instance, Fence: lease.Fence()})
