@@ -181,6 +181,12 @@ type instance struct {
 }
 
 func (e *env) newInstance(client redis.UniversalClient, prefix string) (*instance, error) {
+	return e.newNamedInstance(client, prefix, "bench-1", nil)
+}
+
+// newNamedInstance is newInstance with an instance id of its own and an
+// observer (nil: none), for several instances on one store.
+func (e *env) newNamedInstance(client redis.UniversalClient, prefix, name string, obs facade.Observer) (*instance, error) {
 	redisStore, err := repository.NewRedis(client, repository.Config{Prefix: prefix})
 	if err != nil {
 		return nil, err
@@ -197,8 +203,8 @@ func (e *env) newInstance(client redis.UniversalClient, prefix string) (*instanc
 	}
 	log := e.log
 	coord, err := facade.New(store, locks, facade.Config{
-		Instance: "bench-1", Lease: facade.LeaseDefault, Stages: stage.NewRegistry(stage.Options{}),
-		MaxTenants: plan.MaxTenantsDefault, Logger: &log,
+		Instance: name, Lease: facade.LeaseDefault, Stages: stage.NewRegistry(stage.Options{}),
+		MaxTenants: plan.MaxTenantsDefault, Logger: &log, Observer: obs,
 	})
 	if err != nil {
 		return nil, err

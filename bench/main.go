@@ -30,7 +30,7 @@ import (
 // sectionNames lists the sections in the order they run.
 // "plan" is the throughput section without asynq (for profiling
 // deploycoord alone); "all" does not include it.
-var sectionNames = []string{"rtt", "create", "throughput", "query", "memory", "scripts"}
+var sectionNames = []string{"rtt", "create", "throughput", "scaleout", "query", "memory", "scripts"}
 
 var extraSections = []string{"plan"}
 
@@ -79,7 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.AsynqDB, "asynq-db", 1, "Redis database asynq uses (deploycoord uses the URL's)")
 	fs.IntVar(&c.AsynqEnqueuers, "asynq-enqueuers", 64, "goroutines enqueueing the asynq tasks")
 	fs.IntVar(&c.RTTTasks, "rtt-tasks", 1000, "tasks of the plans whose round trips are counted")
-	fs.IntVar(&c.Big, "big", 100_000, "tenants of the big plan (creation, plan status, memory)")
+	fs.IntVar(&c.Big, "big", 100_000, "tenants of the big plan (creation, plan status, memory, and the scale-out section's plan started by three instances)")
 	fs.IntVar(&c.QueryClients, "query-clients", 64, "concurrent HTTP clients of the query load")
 	fs.DurationVar(&c.QueryDuration, "query-duration", 4*time.Second, "length of one query load run")
 	fs.DurationVar(&c.MemSample, "mem-sample", time.Second, "heap sampling period during the big plan")
@@ -289,6 +289,12 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 			r.planS = append(r.planS, pr)
 			stats()
 		}
+	case "scaleout":
+		res, err := e.measureScaleOut(ctx, cfg.N, cfg.Big, progress)
+		if err != nil {
+			return err
+		}
+		r.scale = &res
 	case "query":
 		res, err := e.measureQuery(ctx, cfg.N)
 		if err != nil {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -372,6 +374,10 @@ type rttResult struct {
 	query, queryHTTP float64
 	// status is the round trips of one plan status query.
 	status float64
+	// many is the round trips of one POST /v1/tenants:status of
+	// manyTenants tenants, manyFound of which have a task.
+	many                   float64
+	manyTenants, manyFound int
 }
 
 // measureRoundTrips runs small plans on a client with the classifying hook
@@ -450,6 +456,10 @@ func (e *env) measureRoundTrips(ctx context.Context, tasks, stages int) (rttResu
 	}
 	res.queryHTTP = float64(n) / queries
 
+	if err := measureStatusMany(ctx, counter, h, &res); err != nil {
+		return res, err
+	}
+
 	n, _ = counter.CountTagged(ctx, func(ctx context.Context) {
 		for range queries {
 			if _, err := in.coord.Plan(ctx, pv.ID); err != nil {
@@ -477,4 +487,64 @@ func runOn(ctx context.Context, in *instance, first, n, stages, concurrency int,
 		idle()
 	}
 	return pv.ID, verifyCompleted(ctx, in, pv.ID, first, n, stages)
+}
+
+// statusManyTenants is how many tenants one POST /v1/tenants:status asks
+// for in the round-trip count: the most the endpoint accepts.
+const statusManyTenants = 1000
+
+// measureStatusMany sends POST /v1/tenants:status for statusManyTenants
+// tenants (the tenants of the section's plans first, then tenants without a
+// task) through h ten times and keeps the most round trips one request took.
+// Each answer must name every tenant, with a task for those that have one.
+func measureStatusMany(ctx context.Context, counter *rttCounter, h http.Handler, res *rttResult) error {
+	ids := make([]string, statusManyTenants)
+	for i := range ids {
+		ids[i] = tenantID(i)
+	}
+	body, err := json.Marshal(map[string][]string{"tenantIds": ids})
+	if err != nil {
+		return err
+	}
+	res.manyTenants = len(ids)
+	for q := range 10 {
+		var err1 error
+		n, _ := counter.CountTagged(ctx, func(ctx context.Context) {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodPost, "/v1/tenants:status", bytes.NewReader(body)).WithContext(ctx)
+			req.Header.Set("Content-Type", "application/json")
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				err1 = fmt.Errorf("POST /v1/tenants:status: %d %s", rec.Code, rec.Body)
+				return
+			}
+			var doc struct {
+				Tasks map[string]*json.RawMessage `json:"tasks"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
+				err1 = fmt.Errorf("POST /v1/tenants:status: %w", err)
+				return
+			}
+			found := 0
+			for _, v := range doc.Tasks {
+				if v != nil && string(*v) != "null" {
+					found++
+				}
+			}
+			if q > 0 && found != res.manyFound {
+				err1 = fmt.Errorf("POST /v1/tenants:status: %d tenants with a task, %d the first time", found, res.manyFound)
+				return
+			}
+			res.manyFound = found
+		})
+		if err1 != nil {
+			return err1
+		}
+		res.many = max(res.many, float64(n))
+	}
+	want := min(3*res.tasks, statusManyTenants)
+	if res.manyFound != want {
+		return fmt.Errorf("POST /v1/tenants:status: %d of %d tenants with a task, want %d", res.manyFound, len(ids), want)
+	}
+	return nil
 }

@@ -39,7 +39,10 @@ func (e *env) runStoreOnly(ctx context.Context, n int) (planRun, error) {
 		return planRun{}, err
 	}
 	const instance = "bench-1"
-	cpu0 := e.cpuNow(ctx)
+	stop, err := meter(ctx, e.client)
+	if err != nil {
+		return planRun{}, err
+	}
 	start := time.Now()
 	now := start
 	p := &plan.Plan{
@@ -81,7 +84,10 @@ func (e *env) runStoreOnly(ctx context.Context, n int) (planRun, error) {
 	}
 	wg.Wait()
 	done := time.Now()
-	cpu := e.cpuNow(ctx).sub(cpu0)
+	use, err := stop(ctx)
+	if err != nil {
+		return planRun{}, err
+	}
 	if p := failed.Load(); p != nil {
 		return planRun{}, *p
 	}
@@ -92,7 +98,7 @@ func (e *env) runStoreOnly(ctx context.Context, n int) (planRun, error) {
 	if got.Status != plan.StatusCompleted || counts[task.StatusCompleted] != n {
 		return planRun{}, fmt.Errorf("store-only plan %s: %s with counts %v, want COMPLETED ×%d", p.ID, got.Status, counts, n)
 	}
-	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: cpu}, nil
+	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: use.cpu, cmds: use.cmds}, nil
 }
 
 // runStoredTask makes the storage calls of one task run as the runner makes
