@@ -35,7 +35,9 @@ const (
 	rtLockRelease = "lock release"
 	rtLockExtend  = "lock extend"
 	rtHeartbeat   = "heartbeat"
-	rtEventFeed   = "event feed append (XADD)"
+	rtEventFeed   = "event feed append"
+	rtClaim       = "task claim (plan queue + permit)"
+	rtPermitRenew = "permit renewal"
 )
 
 // rttCounter is a go-redis hook that counts round trips — one per command
@@ -223,6 +225,9 @@ const (
 	scExtend     = "extend_lock"
 	scBeat       = "beat_task"
 	scCreate     = "create_plan"
+	scFeed       = "append_events"
+	scClaim      = "claim_plan_task"
+	scRenew      = "renew_permits"
 	scOther      = "other script"
 )
 
@@ -231,7 +236,14 @@ const (
 func scriptKind(sc scriptCall) string {
 	k, n := sc.keys, len(sc.argv)
 	has := func(i int, part string) bool { return i < len(k) && strings.Contains(k[i], part) }
+	suffix := func(i int, s string) bool { return i < len(k) && strings.HasSuffix(k[i], s) }
 	switch {
+	case len(k) == 1 && suffix(0, "events"):
+		return scFeed // the feed's batch append (one stream entry per batch)
+	case len(k) >= 3 && has(0, "plan:{") && suffix(1, ":queue") && suffix(2, ":permits"):
+		return scClaim // a plan's shared work queue: an entry and a permit
+	case len(k) == 1 && suffix(0, ":permits"):
+		return scRenew
 	case len(k) == 6 && has(0, "task:{") && has(1, "ckpt:{"):
 		return scWriteTask
 	case len(k) == 3 && strings.HasSuffix(k[0], ":counts") && n >= 10 && (n-10)%7 == 0:
@@ -341,6 +353,12 @@ func classify(cmds []redis.Cmder) string {
 		return rtHeartbeat
 	case seen[scCreate]:
 		return rtPlanCreate
+	case seen[scClaim]:
+		return rtClaim
+	case seen[scRenew]:
+		return rtPermitRenew
+	case seen[scFeed]:
+		return rtEventFeed
 	case seen[rtScriptLoad]:
 		return rtScriptLoad
 	case seen[rtEventFeed]:
