@@ -194,9 +194,10 @@ func (r *report) tables() []table {
 		trans := float64(x.tasks * (x.stages - 1))
 		t.rows = append(t.rows,
 			row{"per task start: claim of a queue entry and a permit (shared plan work)", perOp(float64(x.single[rtClaim]) / n1), "—", ""},
+			row{"per task start: read of the claimed task (record + checkpoint)", perOp(float64(x.single[rtTaskRecord]) / n1), "—", ""},
 			row{"per task start: lock acquire (acquire_lock.lua)", perOp(float64(x.single[rtLockAcquire]) / n1), "—", ""},
 			row{"per task start: PENDING→RUNNING write (write_task + move_plan_counts, pipelined)", perOp(x.singleW[rtTaskStart] / n1), "≤ 1", verdict(x.singleW[rtTaskStart] <= n1+0.001)},
-			row{"per task start in all (claim + lock + PENDING→RUNNING write)", perOp((float64(x.single[rtClaim]+x.single[rtLockAcquire]) + x.singleW[rtTaskStart]) / n1), "", ""},
+			row{"per task start in all (claim + read + lock + PENDING→RUNNING write)", perOp((float64(x.single[rtClaim]+x.single[rtTaskRecord]+x.single[rtLockAcquire]) + x.singleW[rtTaskStart]) / n1), "", ""},
 			row{"per stage transition (checkpoint + record + timeline)", perOp(x.multiW[rtStage] / trans), "≤ 1", verdict(x.multiW[rtStage] <= trans+0.001)},
 			row{"per task finish (final write, lock released in the same script)", perOp(x.singleW[rtTaskFinish] / n1), "≤ 1", verdict(x.singleW[rtTaskFinish] <= n1+0.001)},
 			row{"  (concurrent writes share a pipeline: each waits for one round trip, a round trip of k writes counts 1/k for each)", "", "", ""},
@@ -351,7 +352,7 @@ func otherKinds(a, b map[string]int64) string {
 	for _, m := range []map[string]int64{a, b} {
 		for k, v := range m {
 			switch k {
-			case rtLockAcquire, rtTaskStart, rtStage, rtTaskFinish, rtClaim:
+			case rtLockAcquire, rtTaskStart, rtStage, rtTaskFinish, rtClaim, rtTaskRecord:
 				continue
 			}
 			all[k] += v

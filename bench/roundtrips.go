@@ -38,6 +38,9 @@ const (
 	rtEventFeed   = "event feed append"
 	rtClaim       = "task claim (plan queue + permit)"
 	rtPermitRenew = "permit renewal"
+	rtPermitFree  = "permit release"
+	rtQueuePush   = "plan queue push"
+	rtDiscovery   = "plan discovery (active plans)"
 )
 
 // rttCounter is a go-redis hook that counts round trips — one per command
@@ -332,6 +335,13 @@ func classify(cmds []redis.Cmder) string {
 			seen[rtTaskRecord] = true
 		case name == "hset" && strings.Contains(key, "task:{"):
 			seen[scCreate] = true // a batch of plan creation
+		case (name == "rpush" || name == "lpush") && strings.HasSuffix(key, ":queue"):
+			seen[rtQueuePush] = true
+		case name == "zrem" && strings.HasSuffix(key, ":permits"):
+			seen[rtPermitFree] = true
+		case strings.HasSuffix(key, "plans:active") || (name == "llen" && strings.HasSuffix(key, ":queue")) ||
+			(name == "zcard" && strings.HasSuffix(key, ":permits")):
+			seen[rtDiscovery] = true
 		}
 	}
 	switch {
@@ -363,6 +373,12 @@ func classify(cmds []redis.Cmder) string {
 		return rtScriptLoad
 	case seen[rtEventFeed]:
 		return rtEventFeed
+	case seen[rtQueuePush]:
+		return rtQueuePush
+	case seen[rtPermitFree]:
+		return rtPermitFree
+	case seen[rtDiscovery]:
+		return rtDiscovery
 	case seen["plan hash"] && seen["counts"]:
 		return rtPlanStatus
 	case seen[rtTenantIndex] && len(names) == 1:
