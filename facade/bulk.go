@@ -3,6 +3,7 @@ package facade
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
@@ -14,9 +15,10 @@ const MaxBulkTenants = 10000
 // PlanRetryRequest retries many of a plan's tasks in one call (POST
 // /v1/plans/{planId}/retry). It selects the tasks whose status is in
 // Statuses, or — Orphaned — that are RUNNING without a live owner, narrowed
-// to Tenants when given; each selected task is retried as RetryRequest
-// would, with the same Reason, from its checkpoint (the default), from the
-// start (FromCheckpoint false) or from FromStage.
+// to Tenants when given (at most MaxBulkTenants; an empty list is refused,
+// so that a list computed empty never means "all"); each selected task is
+// retried as RetryRequest would, with the same Reason, from its checkpoint
+// (the default), from the start (FromCheckpoint false) or from FromStage.
 type PlanRetryRequest struct {
 	Statuses       []task.Status `json:"statuses,omitempty"`
 	Orphaned       bool          `json:"orphaned,omitempty"`
@@ -53,21 +55,32 @@ func (r PlanRetryRequest) validate() error {
 	if len(r.Statuses) == 0 && !r.Orphaned {
 		return wrapf(ErrInvalid, "select tasks with statuses (e.g. [\"FAILED\"]) and/or orphaned: true")
 	}
-	for _, s := range r.Statuses {
+	for i, s := range r.Statuses {
 		switch {
+		case slices.Contains(r.Statuses[:i], s):
+			return wrapf(ErrInvalid, "status %s is named twice", task.Quote(string(s)))
 		case !s.Valid():
 			return wrapf(ErrInvalid, "status %s is not a task status", task.Quote(string(s)))
 		case s == task.StatusCompleted || s == task.StatusPending || s == task.StatusRunning:
 			return wrapf(ErrInvalid, "status %s cannot be retried: choose among FAILED, PAUSED and CANCELLED (orphaned RUNNING tasks: orphaned: true)", s)
 		}
 	}
+	if r.Tenants != nil && len(r.Tenants) == 0 {
+		// An empty list computed by a script must not mean "every tenant".
+		return wrapf(ErrInvalid, "tenants is an empty list: omit it to select every tenant of the selection, or name at least one")
+	}
 	if len(r.Tenants) > MaxBulkTenants {
 		return wrapf(ErrInvalid, "at most %d tenants, got %d", MaxBulkTenants, len(r.Tenants))
 	}
+	seen := make(map[string]bool, len(r.Tenants))
 	for _, id := range r.Tenants {
 		if err := checkTenant(id); err != nil {
 			return err
 		}
+		if seen[id] {
+			return wrapf(ErrInvalid, "tenant %s is named twice", id)
+		}
+		seen[id] = true
 	}
 	one := RetryRequest{FromCheckpoint: r.FromCheckpoint, FromStage: r.FromStage, Reason: r.Reason}
 	return one.validate()
@@ -86,8 +99,14 @@ func (c *Coordinator) RetryPlan(ctx context.Context, planID string, req PlanRetr
 	if err := req.validate(); err != nil {
 		return PlanRetryResult{}, err
 	}
-	if _, err := c.loadPlan(ctx, planID); err != nil {
+	p, err := c.loadPlan(ctx, planID)
+	if err != nil {
 		return PlanRetryResult{}, err
+	}
+	if req.FromStage != "" && p.StageIndex(req.FromStage) < 0 {
+		// The same for every task: refused whole, not skipped task by task.
+		return PlanRetryResult{}, wrapf(ErrInvalid, "plan %s has no stage %s; its stages are %s",
+			planID, req.FromStage, strings.Join(p.StageNames(), ", "))
 	}
 	if !req.DryRun && c.closing.Load() {
 		return PlanRetryResult{}, wrapf(ErrShuttingDown, "instance %s is shutting down; retry on another instance", c.cfg.Instance)

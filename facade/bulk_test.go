@@ -3,6 +3,7 @@ package facade_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -29,12 +30,20 @@ func TestRetryPlan(t *testing.T) {
 
 		t.Run("Invalid", func(t *testing.T) {
 			for name, req := range map[string]facade.PlanRetryRequest{
-				"NoReason":      {Statuses: []task.Status{task.StatusFailed}},
-				"NoSelection":   {Reason: "x"},
-				"Completed":     {Statuses: []task.Status{task.StatusCompleted}, Reason: "x"},
-				"BadStatus":     {Statuses: []task.Status{"failed"}, Reason: "x"},
-				"HostileTenant": {Statuses: []task.Status{task.StatusFailed}, Tenants: []string{"t-{a}:*"}, Reason: "x"},
-				"TwoModes":      {Statuses: []task.Status{task.StatusFailed}, FromStage: "push", FromCheckpoint: new(bool), Reason: "x"},
+				"NoReason":       {Statuses: []task.Status{task.StatusFailed}},
+				"NoSelection":    {Reason: "x"},
+				"Completed":      {Statuses: []task.Status{task.StatusCompleted}, Reason: "x"},
+				"BadStatus":      {Statuses: []task.Status{"failed"}, Reason: "x"},
+				"HostileTenant":  {Statuses: []task.Status{task.StatusFailed}, Tenants: []string{"t-{a}:*"}, Reason: "x"},
+				"TwoModes":       {Statuses: []task.Status{task.StatusFailed}, FromStage: "push", FromCheckpoint: new(bool), Reason: "x"},
+				"Running":        {Statuses: []task.Status{task.StatusRunning}, Reason: "x"},
+				"Pending":        {Statuses: []task.Status{task.StatusPending}, Reason: "x"},
+				"StatusTwice":    {Statuses: []task.Status{task.StatusFailed, task.StatusFailed}, Reason: "x"},
+				"EmptyTenants":   {Statuses: []task.Status{task.StatusFailed}, Tenants: []string{}, Reason: "x"},
+				"TenantTwice":    {Statuses: []task.Status{task.StatusFailed}, Tenants: []string{"t-a", "t-b", "t-a"}, Reason: "x"},
+				"TooManyTenants": {Statuses: []task.Status{task.StatusFailed}, Tenants: manyTenants(facade.MaxBulkTenants + 1), Reason: "x"},
+				"ReasonControl":  {Statuses: []task.Status{task.StatusFailed}, Reason: "x\x1b[31m"},
+				"FromStageGlob":  {Statuses: []task.Status{task.StatusFailed}, FromStage: "pu*", Reason: "x"},
 			} {
 				_, err := b.coord.RetryPlan(ctx, v.ID, req, anyone)
 				if !errors.Is(err, facade.ErrInvalid) {
@@ -105,4 +114,12 @@ func TestRetryPlan(t *testing.T) {
 			}
 		})
 	})
+}
+
+func manyTenants(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("t-%05d", i)
+	}
+	return out
 }

@@ -30,6 +30,9 @@ type Store interface {
 	Plan(ctx context.Context, planID string) (*plan.Plan, plan.Counts, error)
 	// Plans lists plans, newest first, and the cursor of the next page ("" at the end).
 	Plans(ctx context.Context, f plan.ListFilter) ([]*plan.Plan, string, error)
+	// PlanCounts returns the task counts of up to plan.LimitMax plans in
+	// one round trip; a plan without counts is absent.
+	PlanCounts(ctx context.Context, planIDs []string) (map[string]plan.Counts, error)
 	// PlanTasks lists a plan's tasks in plan order, and the cursor of the
 	// next page ("" at the end). A page may hold fewer than f.Limit tasks
 	// when a filter is set. Returns plan.ErrNotFound.

@@ -57,6 +57,7 @@ func endpoints() []endpoint {
 		{request{method: "POST", path: pp + "/resume", body: reason}, 200, true},
 		{request{method: "POST", path: pp + "/cancel", body: reason}, 200, true},
 		{request{method: "POST", path: pp + "/repair-counts", body: reason}, 200, true},
+		{request{method: "POST", path: pp + "/retry", body: `{"statuses": ["FAILED"], "reason": "INC-1"}`}, 202, true},
 		{request{method: "POST", path: "/v1/tenants:status", body: `{"tenantIds": ["t-001"]}`}, 200, false},
 		{request{method: "GET", path: tp + "/task"}, 200, false},
 		{request{method: "GET", path: tp + "/checkpoint"}, 200, false},

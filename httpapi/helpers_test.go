@@ -218,6 +218,8 @@ type fakeService struct {
 	ByTenant func(ctx context.Context, tenantID string) (facade.TaskView, error)
 	// Hook, when set, runs at every call, after it is recorded.
 	Hook func(method string)
+	// PlanRetryRes answers RetryPlan (its PlanID defaults to the plan asked).
+	PlanRetryRes facade.PlanRetryResult
 
 	calls atomic.Int64
 	mu    sync.Mutex
@@ -237,6 +239,7 @@ type call struct {
 	TaskFilter plan.TaskFilter
 	Resume     facade.ResumeOptions
 	Retry      facade.RetryRequest
+	PlanRetry  facade.PlanRetryRequest
 	Fence      int64
 	Limit      int
 	IDs        []string
@@ -415,6 +418,16 @@ func (f *fakeService) Retry(_ context.Context, id string, req facade.RetryReques
 	return f.RetryRes, f.Err
 }
 
+func (f *fakeService) RetryPlan(_ context.Context, id string, req facade.PlanRetryRequest, a facade.Actor) (facade.PlanRetryResult, error) {
+	f.record(call{Method: "RetryPlan", ID: id, PlanRetry: req, Reason: req.Reason, Actor: a})
+	res := f.PlanRetryRes
+	if res.PlanID == "" {
+		res.PlanID = id
+	}
+	res.DryRun = res.DryRun || req.DryRun
+	return res, f.Err
+}
+
 func (f *fakeService) PauseTask(_ context.Context, id, reason string, a facade.Actor) (facade.TaskView, error) {
 	f.record(call{Method: "PauseTask", ID: id, Reason: reason, Actor: a})
 	return f.TaskV, f.Err
@@ -469,7 +482,7 @@ func newFake() *fakeService {
 	listed := sampleTask()
 	listed.Checkpoint = nil
 	return &fakeService{
-		PlanV: samplePlan(), PlansV: []facade.PlanView{{Plan: samplePlan().Plan}},
+		PlanV: samplePlan(), PlansV: []facade.PlanView{{Plan: samplePlan().Plan, Counts: samplePlan().Counts}},
 		TaskV: tv, TasksV: []facade.TaskView{listed}, Ckpt: tv.Checkpoint,
 		RetryRes: facade.RetryResult{Task: &tv, WouldRun: []string{"settle"}},
 		TimelineEvs: []task.Event{

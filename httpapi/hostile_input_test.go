@@ -62,6 +62,8 @@ const (
 	hxFailed  = "t-hfail" // a FAILED task (its plan is finished)
 	hxLocked  = "t-hlock" // a tenant whose lock is held
 	hxReason  = `{"reason": "INC-7 hostile input test"}`
+	// hxRetryPlan is a bulk retry body (of the FAILED plan's failed task).
+	hxRetryPlan = `{"reason": "INC-7 hostile input test", "statuses": ["FAILED"]}`
 )
 
 // hxFixture is a real coordinator on a fresh key prefix of the real Redis,
@@ -563,6 +565,7 @@ func hxIDRoutes() []hxRoute {
 		{"POST", "/v1/plans/", "/resume", hxReason},
 		{"POST", "/v1/plans/", "/cancel", hxReason},
 		{"POST", "/v1/plans/", "/repair-counts", hxReason},
+		{"POST", "/v1/plans/", "/retry", hxRetryPlan},
 		{"GET", "/v1/tenants/", "/task", ""},
 		{"GET", "/v1/tenants/", "/checkpoint", ""},
 		{"HEAD", "/v1/tenants/", "/checkpoint", ""},
@@ -694,6 +697,13 @@ func (f *hxFixture) hxBodyRoutes() []hxBodyRoute {
 			map[string][]string{"reason": reasonOnly["reason"], "includeOrphaned": {`"true"`, `1`, `[]`}}, small},
 		{"CancelPlan", "POST", pp + "/cancel", hxReason, reasonOnly, small},
 		{"RepairCounts", "POST", pp + "/repair-counts", hxReason, reasonOnly, small},
+		{"RetryPlan", "POST", "/v1/plans/" + f.failed + "/retry", hxRetryPlan,
+			map[string][]string{
+				"reason":   reasonOnly["reason"],
+				"statuses": {`"FAILED"`, `[1]`, `{}`, `[["FAILED"]]`, `true`, `{"FAILED": true}`},
+				"orphaned": {`"true"`, `1`, `[]`}, "tenants": {`"t-hfail"`, `[1]`, `{}`, `[["t-hfail"]]`, `true`},
+				"fromCheckpoint": {`"true"`, `1`}, "fromStage": {`5`, `["push"]`}, "dryRun": {`"true"`, `0`},
+			}, httpapi.MaxRetryPlanBodyBytes},
 		{"TenantsStatus", "POST", "/v1/tenants:status", `{"tenantIds": ["t-h1"]}`,
 			map[string][]string{"tenantIds": {`"t-h1"`, `[1]`, `{"t-h1": true}`, `[["t-h1"]]`, `true`}}, 256 << 10},
 		{"RetryTask", "POST", "/v1/tenants/" + hxFailed + "/retry", hxReason,
@@ -846,6 +856,7 @@ func (f *hxFixture) hxValueCases() []hxCase {
 		add("CancelPlan/Reason/"+r.name, "POST", pp+"/cancel", r.raw)
 		add("RepairCounts/Reason/"+r.name, "POST", pp+"/repair-counts", r.raw)
 		add("RetryTask/Reason/"+r.name, "POST", "/v1/tenants/"+hxFailed+"/retry", r.raw)
+		add("RetryPlan/Reason/"+r.name, "POST", "/v1/plans/"+f.failed+"/retry", withField(r.raw, "statuses", `["FAILED"]`))
 		add("PauseTask/Reason/"+r.name, "POST", "/v1/tenants/"+hxTenant+"/pause", r.raw)
 		add("ResumeTask/Reason/"+r.name, "POST", "/v1/tenants/"+hxTenant+"/resume", r.raw)
 		add("CancelTask/Reason/"+r.name, "POST", "/v1/tenants/"+hxTenant+"/cancel", r.raw)
@@ -868,6 +879,55 @@ func (f *hxFixture) hxValueCases() []hxCase {
 		{"ExpectedAttemptHugeNegative", `{"reason": "r", "expectedAttempt": -9223372036854775808}`},
 	} {
 		add("RetryTask/"+v.name, "POST", rp, v.body)
+	}
+	// Bulk retry: hostile selections and modes, with a good reason, on the
+	// FAILED plan (any of them accepted would re-run its FAILED task).
+	bp := "/v1/plans/" + f.failed + "/retry"
+	for _, v := range []struct{ name, body string }{
+		{"NoSelection", `{"reason": "r"}`},
+		{"StatusesEmpty", `{"reason": "r", "statuses": []}`},
+		{"StatusesNull", `{"reason": "r", "statuses": null}`},
+		{"OrphanedFalseOnly", `{"reason": "r", "orphaned": false}`},
+		{"StatusLowercase", `{"reason": "r", "statuses": ["failed"]}`},
+		{"StatusUnknown", `{"reason": "r", "statuses": ["BOGUS"]}`},
+		{"StatusCompleted", `{"reason": "r", "statuses": ["COMPLETED"]}`},
+		{"StatusRunning", `{"reason": "r", "statuses": ["RUNNING"]}`},
+		{"StatusPending", `{"reason": "r", "statuses": ["PENDING"]}`},
+		{"StatusPlanStatus", `{"reason": "r", "statuses": ["CREATED"]}`},
+		{"StatusTwice", `{"reason": "r", "statuses": ["FAILED", "FAILED"]}`},
+		{"StatusGlob", `{"reason": "r", "statuses": ["FAIL*"]}`},
+		{"StatusNUL", `{"reason": "r", "statuses": ["FAILED\u0000"]}`},
+		{"StatusNewline", `{"reason": "r", "statuses": ["FAILED\n"]}`},
+		{"StatusEmpty", `{"reason": "r", "statuses": [""]}`},
+		{"StatusNull", `{"reason": "r", "statuses": [null]}`},
+		{"StatusLong", `{"reason": "r", "statuses": ["` + strings.Repeat("F", 300) + `"]}`},
+		{"TenantsEmpty", `{"reason": "r", "statuses": ["FAILED"], "tenants": []}`},
+		{"TenantBraces", `{"reason": "r", "statuses": ["FAILED"], "tenants": ["t-hfail", "a{b}"]}`},
+		{"TenantHashTag", `{"reason": "r", "statuses": ["FAILED"], "tenants": ["x{t-hfail}"]}`},
+		{"TenantColon", `{"reason": "r", "statuses": ["FAILED"], "tenants": ["t-hfail:x"]}`},
+		{"TenantGlob", `{"reason": "r", "statuses": ["FAILED"], "tenants": ["t-*"]}`},
+		{"TenantQuestion", `{"reason": "r", "statuses": ["FAILED"], "tenants": ["t-hfai?"]}`},
+		{"TenantClass", `{"reason": "r", "statuses": ["FAILED"], "tenants": ["t-h[f]ail"]}`},
+		{"TenantNUL", `{"reason": "r", "statuses": ["FAILED"], "tenants": ["t-hfail\u0000"]}`},
+		{"TenantNewline", `{"reason": "r", "statuses": ["FAILED"], "tenants": ["t-hfail\n"]}`},
+		{"TenantEscape", `{"reason": "r", "statuses": ["FAILED"], "tenants": ["\u001b[31m"]}`},
+		{"TenantEmpty", `{"reason": "r", "statuses": ["FAILED"], "tenants": [""]}`},
+		{"TenantNull", `{"reason": "r", "statuses": ["FAILED"], "tenants": [null]}`},
+		{"TenantDotDot", `{"reason": "r", "statuses": ["FAILED"], "tenants": [".."]}`},
+		{"TenantLong", `{"reason": "r", "statuses": ["FAILED"], "tenants": ["` + strings.Repeat("t", 129) + `"]}`},
+		{"TenantUnicode", `{"reason": "r", "statuses": ["FAILED"], "tenants": ["t-é"]}`},
+		{"TenantInvalidUTF8", "{\"reason\": \"r\", \"statuses\": [\"FAILED\"], \"tenants\": [\"t-\xff\"]}"},
+		{"TenantTwice", `{"reason": "r", "statuses": ["FAILED"], "tenants": ["t-hfail", "t-hfail"]}`},
+		{"TenantsTooMany", `{"reason": "r", "statuses": ["FAILED"], "tenants": [` + hxTenantList(facade.MaxBulkTenants+1) + `]}`},
+		{"FromStageBraces", `{"reason": "r", "statuses": ["FAILED"], "fromStage": "a{b}"}`},
+		{"FromStageGlob", `{"reason": "r", "statuses": ["FAILED"], "fromStage": "pu*"}`},
+		{"FromStageNUL", `{"reason": "r", "statuses": ["FAILED"], "fromStage": "push\u0000"}`},
+		{"FromStageUnknown", `{"reason": "r", "statuses": ["FAILED"], "fromStage": "nope"}`},
+		{"TwoModes", `{"reason": "r", "statuses": ["FAILED"], "fromCheckpoint": false, "fromStage": "push"}`},
+		{"SkipStageNotBulk", `{"reason": "r", "statuses": ["FAILED"], "skipStage": true}`},
+		{"ExpectedAttemptNotBulk", `{"reason": "r", "statuses": ["FAILED"], "expectedAttempt": 1}`},
+	} {
+		add("RetryPlan/"+v.name, "POST", bp, v.body)
 	}
 	// Lock release: a right fence is needed, a wrong one is refused.
 	lp := "/v1/tenants/" + hxLocked + "/lock"
@@ -985,6 +1045,7 @@ func (f *hxFixture) hxIdemCases(big map[int]*string) []hxCase {
 		{"CreatePlan", "/v1/plans", `{"name": "hostile", "pipeline": "standard-deploy", "tenants": [{"tenantId": "t-new"}], "start": false}`,
 			`{"name": "hostile", "pipeline": "standard-deploy", "tenants": [{"tenantId": "a{b}"}], "start": false}`},
 		{"RetryTask", "/v1/tenants/" + hxFailed + "/retry", hxReason, `{"reason": "r", "fromStage": "a{b}"}`},
+		{"RetryPlan", "/v1/plans/" + f.failed + "/retry", hxRetryPlan, `{"reason": "r", "statuses": ["FAILED"], "tenants": ["a{b}"]}`},
 	}
 	for _, rt := range routes {
 		for _, k := range []struct{ name, key string }{
@@ -1002,8 +1063,11 @@ func (f *hxFixture) hxIdemCases(big map[int]*string) []hxCase {
 			body: rt.bad, header: map[string]string{httpapi.HeaderIdempotencyKey: "hostile-" + rt.name + "-2"}, want: hxBad, idem: true})
 		// Too large: nothing is kept.
 		limit := httpapi.MaxSmallBodyBytesDefault
-		if rt.name == "CreatePlan" {
+		switch rt.name {
+		case "CreatePlan":
 			limit = httpapi.MaxBodyBytesDefault
+		case "RetryPlan":
+			limit = httpapi.MaxRetryPlanBodyBytes
 		}
 		for _, chunked := range []bool{false, true} {
 			out = append(out, hxCase{name: fmt.Sprintf("IdempotencyKey/%s/TooLarge/chunked=%t", rt.name, chunked), method: "POST",
@@ -1199,4 +1263,13 @@ func TestHostileValues(t *testing.T) {
 		}
 	})
 	t.Logf("%d hostile requests on %d fixtures", len(cases), len(fixtures))
+}
+
+// hxTenantList is n valid tenant ids, quoted and comma-separated.
+func hxTenantList(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(`"t-%05d"`, i)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -22,8 +22,9 @@ import (
 
 // Idempotency headers.
 const (
-	// HeaderIdempotencyKey makes a repeated POST /v1/plans or POST
-	// /v1/tenants/{tenantId}/retry answer with the first answer.
+	// HeaderIdempotencyKey makes a repeated POST /v1/plans, POST
+	// /v1/plans/{planId}/retry or POST /v1/tenants/{tenantId}/retry answer
+	// with the first answer.
 	HeaderIdempotencyKey = "Idempotency-Key"
 	// HeaderIdempotentReplayed is "true" on an answer replayed from the
 	// first request with the same Idempotency-Key.
@@ -32,8 +33,9 @@ const (
 
 // MaxIdempotentAnswerBytes bounds the answer body kept for replays. A
 // larger one is kept without its body, and repeats are answered 409
-// IDEMPOTENCY_ANSWER_TOO_LARGE (the answers of the two routes are far
-// smaller: a plan without its tasks, one task).
+// IDEMPOTENCY_ANSWER_TOO_LARGE (the answers of the routes are far smaller:
+// a plan without its tasks, one task, a bulk retry's tenant ids — some
+// thousands of skipped tenants with their details would exceed it).
 const MaxIdempotentAnswerBytes = 1 << 20
 
 // idempotencyClaimTTL bounds how long a first request may hold its key

@@ -43,6 +43,10 @@ type PlanService interface {
 	// PlanTasks lists a plan's tasks. Returns ErrInvalid, ErrNotFound,
 	// ErrUnavailable.
 	PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) ([]facade.TaskView, string, error)
+	// RetryPlan retries the plan's tasks a selection picks, each as Retry
+	// would; a task it does not retry is listed with the reason. Returns
+	// ErrInvalid, ErrNotFound, ErrShuttingDown, ErrUnavailable.
+	RetryPlan(ctx context.Context, planID string, req facade.PlanRetryRequest, a facade.Actor) (facade.PlanRetryResult, error)
 }
 
 // POST /v1/plans

@@ -102,10 +102,10 @@ type Config struct {
 	// (MaxInFlightDefault); negative means no bound. An event stream counts
 	// until it holds a MaxStreams slot, and from then on only there.
 	MaxInFlight int
-	// Idempotency keeps the first answer to POST /v1/plans and POST
-	// /v1/tenants/{tenantId}/retry sent with an Idempotency-Key header
-	// (*repository.Idempotency implements it). Nil: the header is checked
-	// and otherwise ignored.
+	// Idempotency keeps the first answer to POST /v1/plans, POST
+	// /v1/plans/{planId}/retry and POST /v1/tenants/{tenantId}/retry sent
+	// with an Idempotency-Key header (*repository.Idempotency implements
+	// it). Nil: the header is checked and otherwise ignored.
 	Idempotency IdempotencyStore
 	// IdempotencyTTL is how long a first answer is replayed
 	// (IdempotencyTTLDefault).
@@ -294,6 +294,7 @@ func (a *api) routes() *chi.Mux {
 		r.With(validPlan).Post("/v1/plans/{planId}/resume", a.resumePlan)
 		r.With(validPlan).Post("/v1/plans/{planId}/cancel", a.cancelPlan)
 		r.With(validPlan).Post("/v1/plans/{planId}/repair-counts", a.repairCounts)
+		r.With(validPlan, a.idempotent(a.retryPlanBodyBytes())).Post("/v1/plans/{planId}/retry", a.retryPlan)
 
 		r.Post("/v1/tenants:status", a.tenantsStatus)
 		r.Group(func(r chi.Router) {

@@ -24,12 +24,12 @@ type Plan struct {
 	Pipeline       string `json:"pipeline"`
 	MaxConcurrency int    `json:"maxConcurrency"`
 	TotalTasks     int    `json:"totalTasks"`
-	// Counts holds the number of tasks in every task status. Single-plan
-	// answers always carry all six; listings omit it (they do not count).
+	// Counts holds the number of tasks in every task status, all six:
+	// single-plan answers and listings (GET /v1/plans) carry it.
 	Counts map[task.Status]int `json:"counts,omitempty"`
 	// Orphaned is how many RUNNING tasks have an owner instance that is not
 	// alive (-1: unknown, the instance registry could not be read). Single-
-	// plan answers only.
+	// plan answers only: a listing does not look for the live owners.
 	Orphaned         *int                   `json:"orphaned,omitempty"`
 	Stages           []string               `json:"stages"`
 	Owner            string                 `json:"owner"`
@@ -214,6 +214,8 @@ func planJSON(v facade.PlanView, withCounts bool) Plan {
 		for _, s := range task.Statuses {
 			out.Counts[s] = v.Counts[s]
 		}
+	}
+	if withCounts {
 		orphaned := v.Orphaned
 		out.Orphaned = &orphaned
 	}

@@ -170,6 +170,7 @@
 //	                                          up to ScanMax entries with a filter), then HGETALLs
 //	Plans (a page)                       2   ZREVRANGEBYSCORE, then HGETALLs (more pages of
 //	                                          candidates with a status filter, up to ScanMax)
+//	PlanCounts (≤ 1 000 plans)           1   pipelined HMGET of each plan's counts hash
 //	RepairCounts                         2 + ceil(tasks/Batch)  (list + ledger, record batches, script;
 //	                                          +1 a batch for tasks whose ledger lost the tenant)
 //	TasksByTenant (≤ 1 000 tenants)      1-2 pipelined GET index (+ HGETALL + GET of the hinted tasks),

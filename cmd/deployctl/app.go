@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mattn/go-isatty"
+
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 )
@@ -85,6 +87,8 @@ type app struct {
 	cli            *client
 	// tty is true when stdout is a terminal (progress redraws in place).
 	tty bool
+	// stdinTTY is true when stdin is a terminal (a command may ask).
+	stdinTTY bool
 	// help prints the running command's help.
 	help func()
 }
@@ -118,6 +122,9 @@ func commandTable() []command {
 			`deployctl plan cancel plan-01JDQZV5X8M7R2K9C3B4N6P0QS --reason "rolled back"`, planAction("cancel")},
 		{"plan repair-counts", "ID --reason R", "Recompute a plan's task counts from its task records (if they ever drifted).",
 			`deployctl plan repair-counts plan-01JDQZV5X8M7R2K9C3B4N6P0QS --reason "counts disagree with plan tasks"`, planAction("repair-counts")},
+		{"plan retry", "ID (--status S ... | --orphaned) [--tenant T ...] [--from-stage S | --from-start] --reason R [--dry-run] [--yes]",
+			"Retry many of a plan's tasks at once: those in the given statuses (FAILED, PAUSED, CANCELLED) and/or orphaned, optionally only the given tenants, from their checkpoints. Without --yes it first shows the dry run (how many tenants, which) and asks y/N on a terminal; without a terminal it needs --yes. Exit 4 when some selected tenants were skipped (listed with the reason).",
+			`deployctl plan retry plan-01JDQZV5X8M7R2K9C3B4N6P0QS --status FAILED --reason "INC-1234 config server fixed"`, (*app).planRetry},
 		{"status", "--tenant ID | --tenants-file F", "Show the current task of a tenant, or of every tenant listed in a file (one id a line, # comments; - reads stdin).",
 			"deployctl status --tenant t-042", (*app).status},
 		{"timeline", "--tenant ID [--limit N]", "Show the timeline of a tenant's current task, oldest first.",
@@ -149,19 +156,20 @@ func runWithInput(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	a := &app{
 		stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv, now: time.Now,
 		g:   globals{output: outputTable, timeout: timeoutDefault},
-		tty: isTerminal(stdout, getenv),
+		tty: isTerminal(stdout, getenv), stdinTTY: isTerminal(stdin, getenv),
 	}
 	return a.exit(a.main(ctx, args))
 }
 
-// isTerminal reports whether w is a terminal (a character device).
-func isTerminal(w io.Writer, getenv func(string) string) bool {
+// isTerminal reports whether w (stdout or stdin) is a terminal: a
+// character device that answers the terminal ioctl (/dev/null is a
+// character device too, and no terminal).
+func isTerminal(w any, getenv func(string) string) bool {
 	f, ok := w.(*os.File)
 	if !ok || getenv("TERM") == "dumb" {
 		return false
 	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return isatty.IsTerminal(f.Fd())
 }
 
 func (a *app) main(ctx context.Context, args []string) error {
@@ -349,9 +357,10 @@ func (a *app) json() bool { return a.g.output == outputJSON }
 // exit prints err and returns the exit code it means.
 func (a *app) exit(err error) int {
 	var (
-		usage *usageError
-		api   *apiError
-		ended *planEndedError
+		usage   *usageError
+		api     *apiError
+		ended   *planEndedError
+		skipped *skippedError
 	)
 	switch {
 	case err == nil, errors.Is(err, errHelp):
@@ -371,6 +380,9 @@ func (a *app) exit(err error) int {
 			return exitConflict
 		}
 		return exitError
+	case errors.As(err, &skipped):
+		fmt.Fprintf(a.stderr, "error: %s\n", clean(skipped.Error()))
+		return exitConflict
 	case errors.As(err, &ended):
 		fmt.Fprintf(a.stderr, "error: %s\n", clean(ended.Error()))
 		return exitError

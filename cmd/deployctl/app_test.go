@@ -93,7 +93,7 @@ func TestHelp(t *testing.T) {
 		{"HelpCommand", []string{"help"}, []string{"commands:"}},
 		{"PlanShow", []string{"plan", "show", "-h"}, []string{"usage: deployctl plan show ID [--watch]", "-watch", "example:\n  deployctl plan show plan-"}},
 		{"HelpRetry", []string{"help", "retry"}, []string{"-from-checkpoint", "-expected-attempt", "-idempotency-key", "example:"}},
-		{"Group", []string{"plan", "-h"}, []string{"usage: deployctl plan {create|show|list|tasks|start|pause|resume|cancel|repair-counts}"}},
+		{"Group", []string{"plan", "-h"}, []string{"usage: deployctl plan {create|show|list|tasks|start|pause|resume|cancel|repair-counts|retry}"}},
 		// A token given before -h must not show as a flag default.
 		{"TokenHiddenTop", []string{"--token", testToken, "-h"}, []string{"-token value", "never printed"}},
 		{"TokenHiddenCommand", []string{"--token", testToken, "status", "-h"}, []string{"global flags: --server, --token"}},

@@ -51,6 +51,12 @@
 // 5xx) are retried up to 10 times in a row. events --follow ends only on
 // Ctrl-C (exit 0) or a 4xx answer; each long poll waits --wait (30s) on top
 // of --timeout, failed polls are retried with a pause growing to 30s.
+// plan retry (a bulk retry) without --yes first sends the dry run, prints
+// how many tenants and which it would retry, and asks "[y/N]" when stdin is
+// a terminal; the confirmed retry names exactly the tenants shown. Without a
+// terminal it refuses (exit 2) unless --yes is given. It exits 4 when some
+// selected tenants were skipped (each listed with its code and detail), 0
+// when every selected tenant was retried.
 // status --tenants-file exits 0 even when some tenants have no task (their
 // rows say "not found", their JSON entries are null); status --tenant on
 // such a tenant exits 3.

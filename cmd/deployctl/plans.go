@@ -423,19 +423,41 @@ func (a *app) planList(ctx context.Context, fs *flag.FlagSet, args []string) err
 		return printValue(a.stdout, map[string]any{"plans": rows, "nextCursor": next})
 	}
 	now := a.now()
-	t := newTable(a.stdout, "PLAN", "NAME", "STATUS", "TASKS", "OWNER", "CREATED", "FINISHED")
+	t := newTable(a.stdout, "PLAN", "NAME", "STATUS", "PROGRESS", "TASKS", "OWNER", "CREATED", "FINISHED")
 	for _, raw := range rows {
 		var p httpapi.Plan
 		if err := json.Unmarshal(raw, &p); err != nil {
 			return fmt.Errorf("decode plan: %w", err)
 		}
-		t.row(cell(p.PlanID), cell(p.Name), cell(string(p.Status)), strconv.Itoa(p.TotalTasks), cell(p.Owner), ago(p.CreatedAt, now), ago(p.FinishedAt, now))
+		t.row(cell(p.PlanID), cell(p.Name), cell(string(p.Status)), listProgress(p), strconv.Itoa(p.TotalTasks), cell(p.Owner),
+			ago(p.CreatedAt, now), ago(p.FinishedAt, now))
 	}
 	if err := t.flush(); err != nil {
 		return err
 	}
 	a.more(next, "plans")
 	return nil
+}
+
+// listBarWidth is the width of a plan list's progress bar, in cells.
+const listBarWidth = 10
+
+// listProgress is a listed plan's progress from the counts the listing
+// carries: "[#####.....] 5/10 done, 1 failed, 2 running" ("-" from a server
+// that does not send counts in listings).
+func listProgress(p httpapi.Plan) string {
+	if p.Counts == nil {
+		return "-"
+	}
+	c := p.Counts
+	done := c[task.StatusCompleted] + c[task.StatusFailed] + c[task.StatusCancelled]
+	s := fmt.Sprintf("%s %d/%d done", bar(done, p.TotalTasks, listBarWidth), done, p.TotalTasks)
+	for _, st := range []task.Status{task.StatusFailed, task.StatusCancelled, task.StatusRunning, task.StatusPaused} {
+		if n := c[st]; n > 0 {
+			s += fmt.Sprintf(", %d %s", n, strings.ToLower(string(st)))
+		}
+	}
+	return s
 }
 
 // more tells a table reader how to get the next page.

@@ -210,7 +210,29 @@ func TestPlanListAndTasks(t *testing.T) {
 	t.Run("ListAll", func(t *testing.T) {
 		t.Parallel()
 		r := s.cli(t, "plan", "list")
-		must(t, r, 0, "stdout", "PLAN", "STATUS", done, failed, created, "COMPLETED", "FAILED", "CREATED")
+		must(t, r, 0, "stdout", "PLAN", "STATUS", done, failed, created, "COMPLETED", "FAILED", "CREATED", "PROGRESS")
+		// Each row shows its plan's progress from the listing's counts: no
+		// GET of a single plan is made.
+		for _, want := range []struct{ id, progress string }{
+			{done, "[##########] 2/2 done"},
+			{failed, "[##########] 2/2 done, 1 failed"},
+			{created, "[..........] 0/1 done"},
+		} {
+			row := ""
+			for _, l := range strings.Split(r.stdout, "\n") {
+				if strings.HasPrefix(l, want.id) {
+					row = l
+				}
+			}
+			if !strings.Contains(row, want.progress) || strings.Contains(want.progress, "failed") != strings.Contains(row, "failed") {
+				t.Errorf("row of %s = %q, want progress %q", want.id, row, want.progress)
+			}
+		}
+		for _, id := range []string{done, failed, created} {
+			if n := len(s.requests("GET", "/v1/plans/"+id)); n != 0 {
+				t.Errorf("plan list read plan %s alone %d times", id, n)
+			}
+		}
 		if r.stderr != "" {
 			t.Fatalf("stderr = %q: no more pages expected", r.stderr)
 		}

@@ -269,8 +269,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.scrapeErrorDesc, prometheus.GaugeValue, failed)
 }
 
-// planStatuses counts the newest StatusPlansMax plans by status (two round
-// trips).
+// planStatuses counts the newest StatusPlansMax plans by status (three
+// round trips: the listing reads the ids, the records and the counts).
 func planStatuses(ctx context.Context, r PlanReader) (map[plan.Status]int, error) {
 	ps, _, err := r.Plans(ctx, plan.ListFilter{Limit: StatusPlansMax})
 	if err != nil {
