@@ -32,7 +32,7 @@ import (
 // deploycoord alone); "all" does not include it.
 var sectionNames = []string{"rtt", "create", "throughput", "scaleout", "query", "memory", "scripts"}
 
-var extraSections = []string{"plan"}
+var extraSections = []string{"plan", "shared"}
 
 // config holds the command's flags.
 type config struct {
@@ -63,6 +63,11 @@ type config struct {
 	// Topology "cluster" also runs the N × 1 plan on a Redis Cluster of
 	// three masters the command starts (throughput and plan sections).
 	Topology string
+	// SharedPlans runs the coordinators with facade.Config.SharedPlans (a
+	// plan's work shared by every live instance through its queue in
+	// Redis), as cmd/deploycoord does by default; false: the plan is run by
+	// the instance that starts it.
+	SharedPlans bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -84,7 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.QueryDuration, "query-duration", 4*time.Second, "length of one query load run")
 	fs.DurationVar(&c.MemSample, "mem-sample", time.Second, "heap sampling period during the big plan")
 	fs.StringVar(&sections, "sections", "all", "comma-separated sections to run: "+strings.Join(sectionNames, ", ")+
-		" (all of them: all), or plan (throughput without asynq, to profile deploycoord alone)")
+		" (all of them: all), or plan (throughput without asynq, to profile deploycoord alone), or shared (one plan's work on 1 and 2 instances, and the -big plan on 3)")
 	fs.StringVar(&c.LogLevel, "log-level", "disabled", "coordinator log level (logs go to io.Discard): disabled, info, ...")
 	fs.StringVar(&c.Format, "format", "text", "table format: text or markdown")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the sections run to this file")
@@ -96,6 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.PoolSize, "pool-size", 0, "go-redis pool size of the coordinator's client (0: go-redis' default, 10 × GOMAXPROCS; cmd/deploycoord adds one connection per long poll it may hold, which no section makes)")
 	fs.StringVar(&c.Topology, "topology", "single", "single: every section on one Redis; cluster: the throughput and plan sections also run the N × 1 plan "+
 		"on a Redis Cluster of three masters (redis-server and redis-cli; started and stopped by the command), alternating with the runs on one Redis")
+	fs.BoolVar(&c.SharedPlans, "shared-plans", true, "run plans as shared work (every instance claims tasks from the plan's queue in Redis), as cmd/deploycoord does by default "+
+		"(DEPLOYCOORD_SHARED_PLANS); false: the instance that starts a plan runs it (the storage-only run follows)")
 	fs.BoolVar(&c.CommandStats, "commandstats", false, "print Redis' per-command CPU time (INFO commandstats) after every throughput run")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -242,7 +249,11 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 				return nil
 			}
 			storeOnly := func() error {
-				pr, err := e.runStoreOnly(ctx, cfg.N)
+				run := e.runStoreOnly
+				if cfg.SharedPlans {
+					run = e.runStoreShared
+				}
+				pr, err := run(ctx, cfg.N)
 				if err != nil {
 					return err
 				}
@@ -289,7 +300,7 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 			r.planS = append(r.planS, pr)
 			stats()
 		}
-	case "scaleout":
+	case "scaleout", "shared": // "shared": the section's earlier name
 		res, err := e.measureScaleOut(ctx, cfg.N, cfg.Big, progress)
 		if err != nil {
 			return err

@@ -97,6 +97,7 @@ func perOp(v float64) string {
 func (r *report) tables() []table {
 	var out []table
 	cfg := r.cfg
+
 	if len(r.plan1) > 0 {
 		t := table{title: fmt.Sprintf("Throughput (median of %d rounds, order alternating)", len(r.plan1))}
 		ours := make([]float64, len(r.plan1))
@@ -144,7 +145,7 @@ func (r *report) tables() []table {
 				st[i] = float64(cfg.N) / p.total.Seconds()
 			}
 			t.rows = append(t.rows,
-				row{fmt.Sprintf("storage calls alone: the same %d tasks' CreatePlan, lock, start and final writes from %d goroutines, no coordinator", cfg.N, cfg.Concurrency), rates(st, "tasks/s"), "", ""},
+				row{storeOnlyFigure(cfg), rates(st, "tasks/s"), "", ""},
 				cpuRow(cfg.N, "task", cpus(r.store, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total })),
 				cmdRow(cfg.N, "task", planCmds(r.store)),
 			)
@@ -384,8 +385,8 @@ func (r *report) header() []string {
 			r.started.Format("2006-01-02 15:04 MST"), time.Since(r.started).Round(time.Second), r.loadStart, loadAvg()),
 		fmt.Sprintf("%s/%s, %d CPUs, GOMAXPROCS %d, %s; Redis %s, %s, on the same machine",
 			runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), r.env.version, where),
-		fmt.Sprintf("settings: -n %d -stages %d -stage-tenants %d -concurrency %d -rounds %d -big %d -rtt-tasks %d -query-clients %d -query-duration %s -asynq-enqueuers %d -log-level %s -topology %s",
-			cfg.N, cfg.Stages, cfg.StageTenants, cfg.Concurrency, cfg.Rounds, cfg.Big, cfg.RTTTasks, cfg.QueryClients, cfg.QueryDuration, cfg.AsynqEnqueuers, cfg.LogLevel, cfg.Topology),
+		fmt.Sprintf("settings: -n %d -stages %d -stage-tenants %d -concurrency %d -rounds %d -big %d -rtt-tasks %d -query-clients %d -query-duration %s -asynq-enqueuers %d -log-level %s -topology %s -shared-plans=%t",
+			cfg.N, cfg.Stages, cfg.StageTenants, cfg.Concurrency, cfg.Rounds, cfg.Big, cfg.RTTTasks, cfg.QueryClients, cfg.QueryDuration, cfg.AsynqEnqueuers, cfg.LogLevel, cfg.Topology, cfg.SharedPlans),
 	}
 }
 
@@ -431,3 +432,11 @@ func (r *report) print(w io.Writer) {
 // heapBounded reports whether the heap after the big plan is close to the
 // idle heap: at most half as much again, plus 4 MiB.
 func heapBounded(m *memResult) bool { return m.after < m.idle+m.idle/2+(4<<20) }
+
+// storeOnlyFigure names the storage-only run of cfg.
+func storeOnlyFigure(cfg config) string {
+	if cfg.SharedPlans {
+		return fmt.Sprintf("storage calls alone: the same %d tasks' CreatePlan and queue push, then claim + permit, task read, lock, start and final writes from %d goroutines, no coordinator", cfg.N, cfg.Concurrency)
+	}
+	return fmt.Sprintf("storage calls alone: the same %d tasks' CreatePlan, lock, start and final writes from %d goroutines, no coordinator", cfg.N, cfg.Concurrency)
+}

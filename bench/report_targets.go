@@ -137,7 +137,11 @@ func spread(per []int64) string {
 // plan, and the big plan started by three.
 func (r *report) scaleTable(x *scaleResult) table {
 	n := r.cfg.N
-	t := table{title: fmt.Sprintf("Scale-out: instances in one process, each with a Redis client of its own; the first creates the plan; median of %d rounds, order alternating", len(x.one))}
+	mode := "plans shared (every instance claims from the plan's queue)"
+	if len(x.one) > 0 && !x.one[0].shared {
+		mode = "plans owned (-shared-plans=false: the creator runs the plan)"
+	}
+	t := table{title: fmt.Sprintf("Scale-out: %s; instances in one process, each with a Redis client of its own, heartbeat %s; the first creates the plan; median of %d rounds, order alternating", mode, scaleHeartbeat, len(x.one))}
 	one, two := sharedRuns(x.one), sharedRuns(x.two)
 	oneR, twoR := tasksPerSec(one, n), tasksPerSec(two, n)
 	t.rows = append(t.rows,
@@ -156,6 +160,17 @@ func (r *report) scaleTable(x *scaleResult) table {
 	rs, m := ratios(twoR, oneR)
 	t.rows = append(t.rows, row{"ratio two instances / one (median of the rounds' ratios)", ratioText(rs, m),
 		fmt.Sprintf("≥ %.2f×", targetNoWorse), verdict(m >= targetNoWorse)})
+	if len(x.owned) > 0 {
+		owned := sharedRuns(x.owned)
+		ownedR := tasksPerSec(owned, n)
+		rs, m := ratios(oneR, ownedR)
+		t.rows = append(t.rows,
+			row{"one instance, the plan owned (shared plans off: no queue, no permits)", rates(ownedR, "tasks/s"), "", ""},
+			cpuRow(n, "task", cpus(owned, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total })),
+			cmdRow(n, "task", planCmds(owned)),
+			row{"  ratio one instance shared / owned (the cost of sharing)", ratioText(rs, m), "", ""},
+		)
+	}
 	if b := x.big; b != nil {
 		t.rows = append(t.rows,
 			row{fmt.Sprintf("plan of %d tenants × 1 noop started by three instances: create + run", b.perInstanceTotal()),

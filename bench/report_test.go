@@ -228,3 +228,65 @@ func TestCommandCountsCountsScriptCommands(t *testing.T) {
 		}
 	}
 }
+
+// testEnv is an env on a throwaway redis-server of its own (skipped
+// without redis-server).
+func testEnv(t *testing.T, shared bool) *env {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not installed: ", err)
+	}
+	s, err := startRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	opts := &redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true}
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	// own stays nil: runs delete their own keys, as with -redis.
+	return &env{cfg: config{Concurrency: 8, SharedPlans: shared, Rounds: 1}, opts: opts, client: c}
+}
+
+func TestStoreOnlyRunsCompleteThePlan(t *testing.T) {
+	e := testEnv(t, true)
+	ctx := context.Background()
+	for name, run := range map[string]func(context.Context, int) (planRun, error){
+		"owned": e.runStoreOnly, "shared": e.runStoreShared,
+	} {
+		pr, err := run(ctx, 50)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		// Every task at least took its lock, wrote RUNNING and its end.
+		if got := pr.cmds.scripts(); got < 3*50 {
+			t.Errorf("%s: %d script calls for 50 tasks, want ≥ 150 (%v)", name, got, pr.cmds)
+		}
+	}
+	if n, err := e.client.DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Errorf("keys left after the runs: %d, %v", n, err)
+	}
+}
+
+func TestRunSharedSpreadsThePlan(t *testing.T) {
+	e := testEnv(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r, err := e.runShared(ctx, 200, 2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.perInstance) != 2 || r.perInstanceTotal() != 200 {
+		t.Fatalf("tasks per instance %v, want 2 instances, 200 in all", r.perInstance)
+	}
+	if r.cmds.total() == 0 || r.total <= 0 {
+		t.Errorf("run without commands or time: %+v", r.planRun)
+	}
+	owned, err := e.runShared(ctx, 100, 2, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owned.perInstance[0] != 100 || owned.perInstance[1] != 0 {
+		t.Errorf("plans owned: tasks per instance %v, want the creator's 100 only", owned.perInstance)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,8 @@ func (*taskCounter) WriteRefused(task.RefuseReason)                   {}
 type sharedRun struct {
 	planRun
 	instances int
+	// shared is facade.Config.SharedPlans of the run's instances.
+	shared bool
 	// perInstance is the tasks each instance completed, in instance order
 	// (the first one created the plan).
 	perInstance []int64
@@ -45,6 +48,13 @@ type sharedRun struct {
 // one round trip (2 commands) a poll, the same in every run it compares.
 const planPoll = 10 * time.Millisecond
 
+// scaleHeartbeat is the instance heartbeat of the scale-out runs (the
+// default is a third of the 60 s lease): an instance reads who else is
+// alive with each heartbeat and takes its share of a plan's
+// maxConcurrency from that, so fresh instances need a few beats to see
+// each other, as instances that have been up for a while already do.
+const scaleHeartbeat = 200 * time.Millisecond
+
 // runShared starts k instances (ids bench-1 … bench-k, each with a Redis
 // client of its own, as k processes would have) on one fresh prefix, lets
 // the first create and start a plan of n tenants × 1 noop stage, and waits
@@ -53,8 +63,8 @@ const planPoll = 10 * time.Millisecond
 // every instance once plan work is shared — the run checks the plan
 // COMPLETED with every task counted and that the instances' completed tasks
 // add up to n.
-func (e *env) runShared(ctx context.Context, n, k int) (sharedRun, error) {
-	res := sharedRun{instances: k}
+func (e *env) runShared(ctx context.Context, n, k int, shared bool) (sharedRun, error) {
+	res := sharedRun{instances: k, shared: shared}
 	prefix := newPrefix(fmt.Sprintf("shared%d", k))
 	defer func() { _ = e.reset(context.Background(), prefix) }()
 	ins := make([]*instance, k)
@@ -63,7 +73,9 @@ func (e *env) runShared(ctx context.Context, n, k int) (sharedRun, error) {
 		client := e.newClient()
 		defer client.Close()
 		counters[i] = &taskCounter{}
-		in, err := e.newNamedInstance(client, prefix, fmt.Sprintf("bench-%d", i+1), counters[i])
+		in, err := e.newNamedInstance(client, prefix, instanceOpts{
+			name: fmt.Sprintf("bench-%d", i+1), obs: counters[i], shared: shared, heartbeat: scaleHeartbeat,
+		})
 		if err != nil {
 			return res, err
 		}
@@ -75,6 +87,8 @@ func (e *env) runShared(ctx context.Context, n, k int) (sharedRun, error) {
 	if err := waitInstances(ctx, ins[0], k); err != nil {
 		return res, err
 	}
+	// Every instance has read the registry since all were in it.
+	waitCtx(ctx, 2*scaleHeartbeat)
 	stop, err := meter(ctx, e.client)
 	if err != nil {
 		return res, err
@@ -165,26 +179,38 @@ func waitPlanDone(ctx context.Context, in *instance, planID string) error {
 // big tenants with three instances once.
 func (e *env) measureScaleOut(ctx context.Context, n, big int, progress func(string, ...any)) (scaleResult, error) {
 	var res scaleResult
+	type kind struct {
+		k      int
+		shared bool
+	}
+	kinds := []kind{{1, e.cfg.SharedPlans}, {2, e.cfg.SharedPlans}}
+	if e.cfg.SharedPlans {
+		// One instance running the plan it owns: the cost of sharing.
+		kinds = append(kinds, kind{1, false})
+	}
 	for round := range e.cfg.Rounds {
-		ks := []int{1, 2}
+		order := slices.Clone(kinds)
 		if round%2 == 1 {
-			ks = []int{2, 1}
+			slices.Reverse(order)
 		}
-		for _, k := range ks {
-			r, err := e.runShared(ctx, n, k)
+		for _, c := range order {
+			r, err := e.runShared(ctx, n, c.k, c.shared)
 			if err != nil {
-				return res, fmt.Errorf("%d instance(s): %w", k, err)
+				return res, fmt.Errorf("%d instance(s), shared plans %t: %w", c.k, c.shared, err)
 			}
-			progress("  round %d: %d instance(s), %d × 1 noop: %s, tasks per instance %v", round+1, k, n, r.total.Round(time.Millisecond), r.perInstance)
-			if k == 1 {
-				res.one = append(res.one, r)
-			} else {
+			progress("  round %d: %d instance(s), shared plans %t, %d × 1 noop: %s, tasks per instance %v", round+1, c.k, c.shared, n, r.total.Round(time.Millisecond), r.perInstance)
+			switch {
+			case c.k == 2:
 				res.two = append(res.two, r)
+			case c.shared == e.cfg.SharedPlans:
+				res.one = append(res.one, r)
+			default:
+				res.owned = append(res.owned, r)
 			}
 		}
 	}
 	if big > 0 {
-		r, err := e.runShared(ctx, big, 3)
+		r, err := e.runShared(ctx, big, 3, e.cfg.SharedPlans)
 		if err != nil {
 			return res, fmt.Errorf("big plan, 3 instances: %w", err)
 		}
@@ -197,5 +223,8 @@ func (e *env) measureScaleOut(ctx context.Context, n, big int, progress func(str
 // scaleResult is the scale-out section's runs.
 type scaleResult struct {
 	one, two []sharedRun
-	big      *sharedRun
+	// owned is one instance running the plan it owns (shared plans off),
+	// when the others share.
+	owned []sharedRun
+	big   *sharedRun
 }

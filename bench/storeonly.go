@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
-	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/tenantlock"
@@ -44,18 +43,9 @@ func (e *env) runStoreOnly(ctx context.Context, n int) (planRun, error) {
 		return planRun{}, err
 	}
 	start := time.Now()
-	now := start
-	p := &plan.Plan{
-		ID: plan.NewID(now), Name: "bench", Status: plan.StatusCreated, MaxConcurrency: e.cfg.Concurrency,
-		Stages: []task.StageSpec{{Name: "s00", Kind: "noop"}}, OnTenantLocked: plan.LockFail,
-		TotalTasks: n, CreatedAt: now, UpdatedAt: now,
-	}
-	if err := p.Start(now, instance); err != nil {
+	p, tasks, err := storePlan(start, n, e.cfg.Concurrency, instance)
+	if err != nil {
 		return planRun{}, err
-	}
-	tasks := make([]*task.Task, n)
-	for i := range tasks {
-		tasks[i] = task.New(task.NewID(now), p.ID, tenantID(i), nil, []string{"s00"}, now)
 	}
 	if err := store.CreatePlan(ctx, p, tasks); err != nil {
 		return planRun{}, fmt.Errorf("create plan: %w", err)
@@ -91,12 +81,8 @@ func (e *env) runStoreOnly(ctx context.Context, n int) (planRun, error) {
 	if p := failed.Load(); p != nil {
 		return planRun{}, *p
 	}
-	got, counts, err := store.Plan(ctx, p.ID)
-	if err != nil {
+	if err := checkStorePlan(ctx, store, p.ID, n); err != nil {
 		return planRun{}, err
-	}
-	if got.Status != plan.StatusCompleted || counts[task.StatusCompleted] != n {
-		return planRun{}, fmt.Errorf("store-only plan %s: %s with counts %v, want COMPLETED ×%d", p.ID, got.Status, counts, n)
 	}
 	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: use.cpu, cmds: use.cmds}, nil
 }

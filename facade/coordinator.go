@@ -82,6 +82,12 @@ type Config struct {
 	// (RestartPollDefault).
 	ServerRunID func(context.Context) (string, error)
 	RestartPoll time.Duration
+	// SharedPlans makes a plan's work shared by every live instance
+	// (DESIGN §8): tasks are queued in Redis, any instance running with
+	// SharedPlans claims them, and maxConcurrency is one limit across all
+	// instances. The store must implement WorkQueue; not with
+	// SingleInstance.
+	SharedPlans bool
 }
 
 // RestartPollDefault is how often the Redis run id is checked.
@@ -91,6 +97,8 @@ const RestartPollDefault = time.Second
 // It is safe for concurrent use. Create it with New; stop it with Shutdown.
 type Coordinator struct {
 	store Store
+	// queue is the store's shared work queue in shared mode, else nil.
+	queue WorkQueue
 	locks Locker[Lease]
 	cfg   Config
 	log   zerolog.Logger
@@ -153,6 +161,17 @@ func New[L Lease](store Store, locks Locker[L], cfg Config) (*Coordinator, error
 			return nil, fmt.Errorf("facade: pipeline %s: %w", name, err)
 		}
 	}
+	var queue WorkQueue
+	if cfg.SharedPlans {
+		q, ok := store.(WorkQueue)
+		switch {
+		case cfg.SingleInstance:
+			return nil, errors.New("facade: shared plans need instances sharing Redis, not the single-instance mode")
+		case !ok:
+			return nil, fmt.Errorf("facade: shared plans need a store with a work queue; a %T has none", store)
+		}
+		queue = q
+	}
 	if cfg.Lease <= 0 {
 		cfg.Lease = LeaseDefault
 	}
@@ -188,7 +207,7 @@ func New[L Lease](store Store, locks Locker[L], cfg Config) (*Coordinator, error
 		log = *cfg.Logger
 	}
 	c := &Coordinator{
-		store: store, locks: leases[L]{locks}, cfg: cfg, now: cfg.Clock,
+		store: store, queue: queue, locks: leases[L]{locks}, cfg: cfg, now: cfg.Clock,
 		log:   log.With().Str("component", "facade").Logger(),
 		plans: map[string]*planRun{}, tasks: map[string]*taskRun{},
 		obs: cfg.Observer, started: cfg.Clock().UTC(), planStatus: map[string]plan.Status{},
@@ -197,6 +216,9 @@ func New[L Lease](store Store, locks Locker[L], cfg Config) (*Coordinator, error
 	c.hardStop, c.cancelHardStop = context.WithCancel(context.Background())
 	c.pub = newPublisher(store, c.log.With().Str("component", "feed").Logger())
 	go c.background()
+	if queue != nil {
+		go c.discover()
+	}
 	return c, nil
 }
 
@@ -326,7 +348,7 @@ func (c *Coordinator) idle() bool {
 	}
 	for _, pr := range c.plans {
 		pr.mu.Lock()
-		waiting := pr.waiters > 0 && len(pr.running) == 0
+		waiting := (pr.waiters > 0 || pr.shared && pr.inflight == 0 && pr.status != plan.StatusRunning) && len(pr.running) == 0
 		pr.mu.Unlock()
 		if !waiting {
 			return false

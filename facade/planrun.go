@@ -59,6 +59,19 @@ type planRun struct {
 	waiters int
 	cond    *sync.Cond
 
+	// Shared mode (Config.SharedPlans): tasks come from the plan's queue in
+	// Redis, one permit each. inflight counts the claimed entries whose
+	// task has not ended here; held are their entries by task id (their
+	// permits are renewed); release the entries whose permits the next
+	// claim frees; wake wakes the claiming loop; entries waits for the
+	// claimed entries' goroutines.
+	shared   bool
+	inflight int
+	held     map[string]plan.QueueEntry
+	release  []plan.QueueEntry
+	wake     chan struct{}
+	entries  sync.WaitGroup
+
 	done chan struct{}
 }
 
@@ -68,12 +81,20 @@ func (c *Coordinator) startPlanRun(p *plan.Plan, stages []stage.Runnable, items 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if pr, ok := c.plans[p.ID]; ok && pr.enqueue(items) {
+		if pr.shared {
+			pr.wakeUp()
+		}
 		return pr
 	}
 	pr := &planRun{
 		c: c, p: p, stages: stages, status: plan.StatusRunning, queue: items,
 		running: map[string]*taskRun{}, done: make(chan struct{}),
 		log: c.log.With().Str("component", "plan_runner").Str("plan_id", p.ID).Logger(),
+	}
+	if c.queue != nil {
+		// Shared mode: the items are on the plan's queue in Redis.
+		pr.shared, pr.queue = true, nil
+		pr.held, pr.wake = map[string]plan.QueueEntry{}, make(chan struct{}, 1)
 	}
 	pr.cond = sync.NewCond(&pr.mu)
 	c.plans[p.ID] = pr
@@ -108,6 +129,9 @@ func (pr *planRun) signal() {
 	pr.mu.Lock()
 	pr.cond.Broadcast()
 	pr.mu.Unlock()
+	if pr.shared {
+		pr.wakeUp()
+	}
 }
 
 func (pr *planRun) loop() {
@@ -120,6 +144,13 @@ func (pr *planRun) loop() {
 		close(pr.done)
 	}()
 	go pr.poll()
+	if pr.shared {
+		pr.log.Info().Int("max_concurrency", pr.p.MaxConcurrency).Msg("plan run started (shared queue)")
+		pr.sharedLoop()
+		pr.endShared()
+		pr.log.Info().Msg("plan run ended")
+		return
+	}
 	pr.log.Info().Int("tasks", len(pr.queue)).Int("max_concurrency", pr.p.MaxConcurrency).Msg("plan run started")
 
 	for {
@@ -230,7 +261,9 @@ func (pr *planRun) runItem(it planItem) {
 	c := pr.c
 	switch it.mode {
 	case itemStart:
-		c.startTask(pr, it.t)
+		if c.startTask(pr, it.t) {
+			pr.leftBehind.Store(true)
+		}
 	default:
 		mode := task.RetryResume
 		if it.mode == itemTakeover {
@@ -259,8 +292,9 @@ func (pr *planRun) runItem(it planItem) {
 
 // startTask takes the tenant lock for a PENDING task, marks it RUNNING and
 // runs it. A locked tenant fails the task with TENANT_LOCKED (or waits, if
-// the plan says so).
-func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
+// the plan says so). It reports whether the task was left PENDING and
+// should be started again.
+func (c *Coordinator) startTask(pr *planRun, t *task.Task) (again bool) {
 	log := pr.log.With().Str("task_id", t.ID).Str("tenant_id", t.TenantID).Logger()
 	c.waitSuspect()
 	acquired := c.beginAcquire(t.ID)
@@ -276,15 +310,15 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 			c.refuseStart(t, "TENANT_LOCKED: "+locked.Error(), log)
 		default:
 			log.Error().Err(err).Msg("could not take tenant lock; task left PENDING")
-			pr.leftBehind.Store(true)
+			return true
 		}
-		return
+		return false
 	}
 	prev := t.Status
 	if err := t.Start(c.now(), c.cfg.Instance, lease.Fence()); err != nil {
 		log.Error().Err(err).Msg("start task")
 		c.releaseQuietly(lease)
-		return
+		return false
 	}
 	r := c.newRun(t, pr.p, pr.stages, checkpoint.Empty(), lease, pr)
 	registered := c.register(r)
@@ -292,7 +326,7 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 	if !registered {
 		r.abandon()
 		c.releaseQuietly(lease)
-		return
+		return false
 	}
 	pr.add(r)
 	r.addEvent(task.Event{Type: task.EventStarted, Instance: c.cfg.Instance, Fence: lease.Fence()})
@@ -300,7 +334,7 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 		r.finish()
 		var refused *task.RefusedError
 		if errors.As(err, &refused) && refused.Status != task.StatusPending {
-			return // someone else started or cancelled it meanwhile
+			return false // someone else started or cancelled it meanwhile
 		}
 		// The start never landed (our lock lapsed during an outage and the
 		// tenant may be someone else's now, or the write failed): the task
@@ -309,11 +343,11 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) {
 		// after a pause) and starts them through the lock and the plan's
 		// onTenantLocked policy again.
 		log.Warn().Err(err).Msg("could not mark task RUNNING; it will be started again")
-		pr.leftBehind.Store(true)
-		return
+		return true
 	}
 	c.obs.TaskStarted()
 	r.run(0)
+	return false
 }
 
 // acquire takes the tenant lock for t under the plan's onTenantLocked
@@ -492,7 +526,8 @@ func (pr *planRun) apply(status plan.Status, reason string) {
 				r.pauseReq.CompareAndSwap(why, nil)
 			}
 		}
-		if prev == plan.StatusPaused {
+		if prev == plan.StatusPaused && !pr.shared {
+			// (Shared mode: the resume queued the paused tasks.)
 			pr.resumePaused()
 		}
 	}
@@ -534,7 +569,7 @@ func (pr *planRun) poll() {
 		if err != nil {
 			continue
 		}
-		if p.Owner != pr.c.cfg.Instance {
+		if !pr.shared && p.Owner != pr.c.cfg.Instance {
 			pr.log.Warn().Str("owner", p.Owner).Msg("plan taken over by another instance; stop starting its tasks")
 			pr.stop()
 			continue

@@ -63,6 +63,13 @@ func (c *Coordinator) CreatePlan(ctx context.Context, spec plan.Spec, a Actor) (
 		for i, t := range tasks {
 			items[i] = planItem{t: t, mode: itemStart}
 		}
+		if c.queue != nil {
+			if err := c.queueWork(ctx, p, compiled, items); err != nil {
+				c.log.Error().Err(err).Str("plan_id", p.ID).Msg("plan created RUNNING but its tasks could not be queued; repair its counts to queue them")
+				return PlanView{}, translate(err, "queue of plan "+p.ID)
+			}
+			return view, nil
+		}
 		c.startPlanRun(p, compiled, items)
 	}
 	return view, nil
@@ -110,10 +117,29 @@ func (c *Coordinator) orphanedCount(ctx context.Context, planID string, counts p
 	if err != nil {
 		return -1
 	}
-	for _, n := range byOwner {
+	for owner, n := range byOwner {
+		if owner == c.cfg.Instance {
+			// This instance's own RUNNING tasks that do not run here (an
+			// earlier process with the same id died, or a run lost its
+			// lease) are orphaned too.
+			n = min(n, c.localRuns(planID))
+		}
 		running -= n
 	}
 	return max(running, 0)
+}
+
+// localRuns counts the runs of a plan's tasks on this instance.
+func (c *Coordinator) localRuns(planID string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, r := range c.tasks {
+		if r.t.PlanID == planID {
+			n++
+		}
+	}
+	return n
 }
 
 // Plans lists plans, newest first, each with its task counts, and the
@@ -220,6 +246,12 @@ func (c *Coordinator) StartPlan(ctx context.Context, planID, reason string, a Ac
 	}
 	c.logPlanAction(p, "plan started", reason, a)
 	c.publishPlan(p, "plan.started", &a, reason, nil)
+	if c.queue != nil {
+		if err := c.queueWork(ctx, p, stages, items); err != nil {
+			return PlanView{}, translate(err, "queue of plan "+planID)
+		}
+		return c.Plan(ctx, planID)
+	}
 	c.startPlanRun(p, stages, items)
 	return c.Plan(ctx, planID)
 }
@@ -232,7 +264,12 @@ type ResumeOptions struct {
 	IncludeOrphaned bool
 }
 
-// ResumePlan resumes a plan on this instance, which becomes its owner:
+// ResumePlan resumes a plan. With shared plans (Config.SharedPlans) the
+// plan's PAUSED tasks the plan pause or a shutdown paused (with
+// IncludeOrphaned: its orphans and every PAUSED task) are queued for every
+// instance to run under maxConcurrency, and a RUNNING plan may be resumed
+// whoever owns it. Otherwise it resumes on this instance, which becomes its
+// owner:
 //
 //   - a PAUSED plan: its PENDING tasks start and the tasks the plan pause or
 //     an instance shutdown paused resume from their checkpoints;
@@ -252,7 +289,7 @@ func (c *Coordinator) ResumePlan(ctx context.Context, planID string, o ResumeOpt
 	}
 	local := c.localPlan(planID)
 	from, prevOwner := p.Status, p.Owner
-	if from == plan.StatusRunning && local == nil && prevOwner != c.cfg.Instance {
+	if from == plan.StatusRunning && local == nil && prevOwner != c.cfg.Instance && c.queue == nil {
 		if alive, known := c.ownerAlive(prevOwner); alive || !known {
 			return PlanView{}, wrapf(ErrInvalidState, "plan %s is running on instance %s, which is alive (or this instance cannot tell yet); pause it first, or resume it once %s is gone", planID, prevOwner, prevOwner)
 		}
@@ -264,7 +301,7 @@ func (c *Coordinator) ResumePlan(ctx context.Context, planID string, o ResumeOpt
 		return PlanView{}, c.planConflict(err, p)
 	}
 	items := pending
-	if from == plan.StatusPaused || o.IncludeOrphaned {
+	if from == plan.StatusPaused || o.IncludeOrphaned || c.queue != nil {
 		paused, err := c.loadItems(ctx, planID, task.StatusPaused, itemResume)
 		if err != nil {
 			return PlanView{}, translate(err, "plan "+planID)
@@ -288,6 +325,18 @@ func (c *Coordinator) ResumePlan(ctx context.Context, planID string, o ResumeOpt
 		data["previousOwner"] = prevOwner
 	}
 	c.publishPlan(p, "plan.resumed", &a, o.Reason, data)
+	if c.queue != nil {
+		if local != nil {
+			local.apply(plan.StatusRunning, "")
+		}
+		// Shared mode: the PENDING tasks are queued already (those that are
+		// not, after a lost queue, are queued again); paused and orphaned
+		// ones join them.
+		if err := c.requeueMissing(ctx, p, stages, pending, items[len(pending):]); err != nil {
+			return PlanView{}, translate(err, "queue of plan "+planID)
+		}
+		return c.Plan(ctx, planID)
+	}
 	if local != nil && local.enqueue(items) {
 		local.apply(plan.StatusRunning, "")
 	} else {
@@ -342,6 +391,13 @@ func (c *Coordinator) CancelPlan(ctx context.Context, planID, reason string, a A
 	c.publishPlan(p, "plan.cancelled", &a, reason, nil)
 	if pr := c.localPlan(planID); pr != nil {
 		pr.apply(plan.StatusCancelled, reason)
+	}
+	if c.queue != nil {
+		// Nothing queued starts any more (claims stop at a plan that is not
+		// RUNNING anyway); the queued tasks are cancelled below.
+		if err := c.queue.DropQueue(ctx, planID); err != nil {
+			c.log.Warn().Err(err).Str("plan_id", planID).Msg("could not drop the queue of a cancelled plan; it expires with the plan")
+		}
 	}
 	// Cancel what no instance is running. Running tasks get a request; their
 	// owner honours it between two stages. Each write applies only if the
@@ -465,6 +521,12 @@ func (c *Coordinator) Shutdown(ctx context.Context) error {
 	c.cancelHardStop()
 	for _, pr := range plans {
 		<-pr.done
+		if pr.shared {
+			// The plan goes on on the other instances; this one's permits
+			// are freed as its tasks end.
+			pr.entries.Wait()
+			continue
+		}
 		c.pauseOnShutdown(pr.p.ID)
 	}
 	c.stopBackground()
@@ -524,6 +586,21 @@ func (c *Coordinator) RepairCounts(ctx context.Context, planID, reason string, a
 	counts, err := c.store.RepairCounts(ctx, planID)
 	if err != nil {
 		return PlanView{}, translate(err, "plan "+planID)
+	}
+	if c.queue != nil && (p.Status == plan.StatusRunning || p.Status == plan.StatusPaused) {
+		// A lost queue (or an entry whose claimer died before starting it
+		// and whose permit was dropped) is rebuilt from the PENDING tasks.
+		pending, err := c.loadItems(ctx, planID, task.StatusPending, itemStart)
+		if err != nil {
+			return PlanView{}, translate(err, "plan "+planID)
+		}
+		stages, err := c.compile(p)
+		if err != nil {
+			return PlanView{}, err
+		}
+		if err := c.requeueMissing(ctx, p, stages, pending, nil); err != nil {
+			return PlanView{}, translate(err, "queue of plan "+planID)
+		}
 	}
 	c.logPlanAction(p, "plan counts repaired", reason, a)
 	data := map[string]any{}

@@ -46,7 +46,8 @@ func TestKeysSlots(t *testing.T) {
 		t.Errorf("5 tenants share %d slots: the hash tags do not spread them", len(tenants))
 	}
 	pk, _ := k.planKeys(planID)
-	for _, key := range []string{pk.plan, pk.tasks, pk.counts} {
+	qk, _ := k.queueKeys(planID)
+	for _, key := range []string{pk.plan, pk.tasks, pk.counts, qk.plan, qk.queue, qk.permits} {
 		if got, want := redistest.KeySlot(key), redistest.KeySlot(planID); got != want {
 			t.Errorf("%s: slot %d, want the plan's %d", key, got, want)
 		}
@@ -56,7 +57,7 @@ func TestKeysSlots(t *testing.T) {
 	// distinct keys, and a collision would only put two on one master).
 	inst, _ := k.Instance("coord-a")
 	slots := map[int]string{}
-	for _, key := range []string{k.Plans(), k.Events(), k.Instances(), inst} {
+	for _, key := range []string{k.Plans(), k.Events(), k.Instances(), inst, k.ActivePlans()} {
 		s := redistest.KeySlot(key)
 		if other, ok := slots[s]; ok {
 			t.Errorf("%s and %s share slot %d", key, other, s)

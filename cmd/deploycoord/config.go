@@ -69,6 +69,11 @@ type Config struct {
 	// unreachable. Safe only with exactly one instance per Redis and key
 	// prefix.
 	SingleInstance bool
+	// SharedPlans shares every plan's work among the live instances
+	// (ignored in single-instance mode); PlanPoll is how often an instance
+	// looks for running plans with work and re-reads the plans it runs.
+	SharedPlans bool
+	PlanPoll    time.Duration
 	// AdvertiseAddr is the address shown for this instance in the instance
 	// registry ("" means the address the API listens on).
 	AdvertiseAddr string
@@ -158,6 +163,11 @@ func settings() []setting {
 		{"single-instance", "DEPLOYCOORD_SINGLE_INSTANCE", "false", "single-instance mode: in-process tenant locks, and writes queued in memory " +
 			"while Redis is down (written back when it returns); ONLY safe with exactly one instance on this Redis and key prefix",
 			boolSetter(func(c *Config) *bool { return &c.SingleInstance })},
+		{"shared-plans", "DEPLOYCOORD_SHARED_PLANS", "true", "every live instance starts a running plan's tasks, under one maxConcurrency across instances " +
+			"(false: the instance that starts a plan runs all of it); ignored in single-instance mode",
+			boolSetter(func(c *Config) *bool { return &c.SharedPlans })},
+		{"plan-poll", "DEPLOYCOORD_PLAN_POLL", "1s", "how often an instance looks for running plans with work to claim, and re-reads the plans it runs (pause, resume, cancel made elsewhere)",
+			durationSetter(func(c *Config) *time.Duration { return &c.PlanPoll })},
 		{"ui", "DEPLOYCOORD_UI", "true", "serve the web console under /ui/ (GET / redirects there); same tokens and roles as the API",
 			boolSetter(func(c *Config) *bool { return &c.UI })},
 		{"ui-base-path", "DEPLOYCOORD_UI_BASE_PATH", "", "path prefix of the web console behind a reverse proxy (like /deploycoord: links and cookies use /deploycoord/ui/)",
@@ -281,6 +291,9 @@ func (c Config) validate() error {
 	errs = append(errs, c.validateRedis()...)
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("DEPLOYCOORD_LISTEN %q: %w", c.Listen, err))
+	}
+	if c.PlanPoll < 10*time.Millisecond || c.PlanPoll > time.Minute {
+		errs = append(errs, fmt.Errorf("DEPLOYCOORD_PLAN_POLL %s: between 10ms and 1m", c.PlanPoll))
 	}
 	if c.LockLease < time.Second {
 		errs = append(errs, fmt.Errorf("DEPLOYCOORD_LOCK_LEASE %s: at least 1s", c.LockLease))

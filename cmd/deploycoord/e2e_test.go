@@ -387,8 +387,10 @@ func TestE2ETenantLockedAndShutdownPastGrace(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	tg := newE2ETarget(t)
-	a := c.start("coord-a", "DEPLOYCOORD_SHUTDOWN_GRACE=300ms")
-	b := c.start("coord-b")
+	// The plan-owner mode: a stopped instance pauses the plans it owns
+	// (shared mode keeps them RUNNING: TestScaleOutShutdown).
+	a := c.start("coord-a", "DEPLOYCOORD_SHUTDOWN_GRACE=300ms", "DEPLOYCOORD_SHARED_PLANS=false")
+	b := c.start("coord-b", "DEPLOYCOORD_SHARED_PLANS=false")
 
 	first := a.createPlan(map[string]any{
 		"name":    "holder",
@@ -475,7 +477,8 @@ func TestE2EShutdownThenResumeElsewhere(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	tg := newE2ETarget(t)
-	a := c.start("coord-a")
+	// The plan-owner mode (shared mode: TestScaleOutShutdown).
+	a := c.start("coord-a", "DEPLOYCOORD_SHARED_PLANS=false")
 
 	p := a.createPlan(map[string]any{
 		"name":    "drain",
@@ -488,7 +491,7 @@ func TestE2EShutdownThenResumeElsewhere(t *testing.T) {
 	})
 	a.stop() // the 1s stage ends well within the 30s grace
 
-	b := c.start("coord-b")
+	b := c.start("coord-b", "DEPLOYCOORD_SHARED_PLANS=false")
 	if p = b.plan(p.PlanID); p.Status != "PAUSED" || p.Reason != "instance shutdown" || p.Counts["PAUSED"] != 2 {
 		t.Fatalf("plan after the shutdown: %s %q counts %v, want PAUSED \"instance shutdown\" with 2 PAUSED tasks", p.Status, p.Reason, p.Counts)
 	}

@@ -33,7 +33,9 @@ import (
 //     COMPLETED with counts equal to its task records.
 func TestFaultPlanTakeover(t *testing.T) {
 	t.Parallel()
-	d := newDrill(t, nil)
+	// The plan-owner mode: with shared plans (the default) a RUNNING plan
+	// has no owner to take over from (TestScaleOutTwoInstances).
+	d := newDrill(t, nil, "DEPLOYCOORD_SHARED_PLANS=false")
 	tg := newFaultTarget(t)
 	a, b := d.start("coord-a"), d.start("coord-b")
 	ids := []string{"takeover-1", "takeover-2", "takeover-3", "takeover-4"}

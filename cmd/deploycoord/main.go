@@ -207,6 +207,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Instance: c.InstanceID, Lease: c.LockLease, Stages: registry, Pipelines: pipelines,
 		MaxTenants: c.MaxTenants, Logger: &log, Observer: m.metrics,
 		Addr: advertise, Version: Version, SingleInstance: c.SingleInstance, ServerRunID: redisStore.ServerRunID,
+		SharedPlans: c.SharedPlans && !c.SingleInstance, PlanPoll: c.PlanPoll,
 	})
 	if err != nil {
 		_ = ln.Close()
@@ -253,7 +254,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.served = make(chan error, 1)
 	go func() { m.served <- m.server.Serve(ln) }()
 	m.Log.Info().Str("addr", m.Addr).Str("advertise_addr", advertise).Str("version", Version).Str("key_prefix", c.KeyPrefix).
-		Dur("lock_lease", c.LockLease).Int("pipelines", len(pipelines)).Bool("single_instance", c.SingleInstance).
+		Dur("lock_lease", c.LockLease).Int("pipelines", len(pipelines)).Bool("single_instance", c.SingleInstance).Bool("shared_plans", c.SharedPlans && !c.SingleInstance).
 		Str("redis", m.redisAddr).Int("redis_pool_size", m.redisPool).Str("console", home).Msg("listening")
 	return nil
 }

@@ -126,7 +126,7 @@ func (a *app) planRetry(ctx context.Context, fs *flag.FlagSet, args []string) er
 		if a.json() {
 			return printJSON(a.stdout, raw)
 		}
-		printPlanRetry(a.stdout, id, res)
+		printPlanRetry(a.stdout, id, res, tenants)
 		return nil
 	}
 	if !*yes {
@@ -148,7 +148,7 @@ func (a *app) planRetry(ctx context.Context, fs *flag.FlagSet, args []string) er
 			return err
 		}
 	} else {
-		printPlanRetry(a.stdout, id, res)
+		printPlanRetry(a.stdout, id, res, tenants)
 	}
 	if len(res.Skipped) > 0 {
 		return &skippedError{planID: id, skipped: len(res.Skipped)}
@@ -173,7 +173,7 @@ func (a *app) confirmPlanRetry(ctx context.Context, id string, body *facade.Plan
 	if a.json() {
 		w = a.stderr
 	}
-	printPlanRetry(w, id, res)
+	printPlanRetry(w, id, res, body.Tenants)
 	if len(res.Retried) == 0 {
 		return false, nil
 	}
@@ -206,13 +206,15 @@ func (a *app) postPlanRetry(ctx context.Context, id string, body facade.PlanRetr
 	return res, raw, err
 }
 
-// printPlanRetry prints what a bulk retry did (or, dry run, would do):
+// printPlanRetry prints what a bulk retry did (or, dry run, would do), and
+// which of the tenants named (--tenant) the selection did not hold:
 //
-//	will retry 3 tenants of plan plan-01J...: t-001, t-002, t-007
+//	will retry 3 tenant(s) of plan plan-01J... (4 selected): t-001, t-002, t-007
 //	skipped 1:
 //	TENANT  CODE          DETAIL
 //	t-009   TASK_RUNNING  task ... is running on instance coord-b
-func printPlanRetry(w io.Writer, id string, res httpapi.PlanRetry) {
+//	not selected (not in the plan, or not in the statuses asked): t-0O9
+func printPlanRetry(w io.Writer, id string, res httpapi.PlanRetry, named []string) {
 	verb := "retried"
 	if res.DryRun {
 		verb = "will retry"
@@ -236,19 +238,37 @@ func printPlanRetry(w io.Writer, id string, res httpapi.PlanRetry) {
 		line += "; dry run, nothing changed"
 	}
 	fmt.Fprintln(w, line)
-	if len(res.Skipped) == 0 {
+	if len(res.Skipped) > 0 {
+		what := "skipped"
+		if res.DryRun {
+			what = "would skip"
+		}
+		fmt.Fprintf(w, "%s %d:\n", what, len(res.Skipped))
+		t := newTable(w, "TENANT", "CODE", "DETAIL")
+		for _, s := range res.Skipped {
+			t.row(cell(s.TenantID), cell(s.Code), cell(s.Detail))
+		}
+		_ = t.flush()
+	}
+	if len(named) == 0 {
 		return
 	}
-	what := "skipped"
-	if res.DryRun {
-		what = "would skip"
+	selected := make(map[string]bool, len(res.Retried)+len(res.Skipped))
+	for _, tn := range res.Retried {
+		selected[tn] = true
 	}
-	fmt.Fprintf(w, "%s %d:\n", what, len(res.Skipped))
-	t := newTable(w, "TENANT", "CODE", "DETAIL")
 	for _, s := range res.Skipped {
-		t.row(cell(s.TenantID), cell(s.Code), cell(s.Detail))
+		selected[s.TenantID] = true
 	}
-	_ = t.flush()
+	var missing []string
+	for _, tn := range named {
+		if !selected[tn] {
+			missing = append(missing, cell(tn))
+		}
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(w, "not selected (not in the plan, or not in the statuses asked): %s\n", strings.Join(missing, ", "))
+	}
 }
 
 // validIdempotencyKey is the server's rule for an Idempotency-Key.

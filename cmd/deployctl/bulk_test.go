@@ -132,6 +132,12 @@ func TestPlanRetry(t *testing.T) {
 		t.Fatalf("dry run -o json = %v", m)
 	}
 
+	// A tenant named but not selected (not in the plan, or not FAILED) is
+	// said so.
+	r = s.cli(t, "plan", "retry", id, "--status", "FAILED", "--tenant", "t-r1,t-rok,t-nope", "--reason", reason, "--dry-run")
+	must(t, r, 0, "stdout", "will retry 1 tenant(s) of plan "+id+" (1 selected): t-r1;",
+		"not selected (not in the plan, or not in the statuses asked): t-rok, t-nope")
+
 	// On a terminal: the dry run is shown and "n" changes nothing.
 	before = sent()
 	r = s.cliTyping(t, "n\n", "plan", "retry", id, "--status", "FAILED", "--reason", reason)

@@ -1,0 +1,390 @@
+package facade
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+	"github.com/deploycoord/deploycoord/task/stage"
+)
+
+// WorkQueue is a plan's work shared by every live instance (DESIGN §8): a
+// queue of the plan's tasks to start in Redis, and permits on the plan's
+// maxConcurrency, one limit across all instances. The Redis and Dual
+// stores implement it; Config.SharedPlans needs it.
+type WorkQueue interface {
+	// PushQueue appends entries to a plan's queue (at its head when front)
+	// and marks the plan active.
+	PushQueue(ctx context.Context, planID string, es []plan.QueueEntry, front bool) error
+	// ClaimTask frees the permits of release, then takes the plan's next
+	// entry with a permit leased for lease, if the plan is RUNNING and fewer
+	// than maxConcurrency permits are held. Permits whose lease passed are
+	// freed and their entries queued again first. One round trip.
+	ClaimTask(ctx context.Context, planID string, release []plan.QueueEntry, lease time.Duration) (plan.Claim, error)
+	// RenewPermits extends the leases of permits still held.
+	RenewPermits(ctx context.Context, planID string, es []plan.QueueEntry, lease time.Duration) (int, error)
+	// ReleasePermits frees permits.
+	ReleasePermits(ctx context.Context, planID string, es []plan.QueueEntry) error
+	// DropQueue deletes a plan's queue and makes it inactive.
+	DropQueue(ctx context.Context, planID string) error
+	// QueueEntries returns a plan's queued entries and held permits.
+	QueueEntries(ctx context.Context, planID string) (queued, held []plan.QueueEntry, err error)
+	// ActiveQueues returns the state of every active plan.
+	ActiveQueues(ctx context.Context) ([]plan.QueueState, error)
+	// QueuedTask reads the task of an entry (one round trip).
+	QueuedTask(ctx context.Context, e plan.QueueEntry) (*task.Task, error)
+}
+
+// claimPoll is how often a plan run asks for a permit again while every
+// permit is held (by any instance): a quarter of PlanPoll, 10ms..250ms.
+func (c *Coordinator) claimPoll() time.Duration {
+	return min(max(c.cfg.PlanPoll/4, 10*time.Millisecond), 250*time.Millisecond)
+}
+
+// share is how many of a plan's maxConcurrency tasks this instance runs at
+// most: an equal part for every live instance, the remainder to the first
+// ones by sorted instance id — so that one fast instance does not starve
+// the others —, and at least one (with more live instances than
+// maxConcurrency the permits still bound the total; an instance listed
+// alive that takes no work, say one that just died, then stalls nobody).
+// All of it while the live instances are unknown.
+func (c *Coordinator) share(maxConcurrency int) int {
+	maxConcurrency = max(maxConcurrency, 1)
+	live := c.liveOwners() // sorted, with this instance
+	if len(live) == 0 {
+		return maxConcurrency
+	}
+	rank := slices.Index(live, c.cfg.Instance)
+	if rank < 0 {
+		rank, live = len(live), append(live, c.cfg.Instance)
+	}
+	n := maxConcurrency / len(live)
+	if rank < maxConcurrency%len(live) {
+		n++
+	}
+	return max(n, 1)
+}
+
+// queueEntries are the entries of items.
+func queueEntries(items []planItem) []plan.QueueEntry {
+	es := make([]plan.QueueEntry, 0, len(items))
+	for _, it := range items {
+		kind := plan.QueueStart
+		switch it.mode {
+		case itemResume:
+			kind = plan.QueueResume
+		case itemTakeover:
+			kind = plan.QueueTakeover
+		}
+		es = append(es, plan.QueueEntry{Kind: kind, TenantID: it.t.TenantID, TaskID: it.t.ID})
+	}
+	return es
+}
+
+// queueWork puts items on the plan's shared queue and makes sure a run of
+// the plan claims work here too.
+func (c *Coordinator) queueWork(ctx context.Context, p *plan.Plan, stages []stage.Runnable, items []planItem) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.WriteTimeout)
+	defer cancel()
+	if err := c.queue.PushQueue(ctx, p.ID, queueEntries(items), false); err != nil {
+		return err
+	}
+	c.startPlanRun(p, stages, nil)
+	return nil
+}
+
+// sharedLoop is a plan run in shared mode: it claims the plan's queued
+// tasks, one permit each, while the plan is RUNNING and this instance runs
+// fewer than its share, and ends when nothing is queued and none of its
+// tasks runs here (discovery starts it again when work is queued).
+func (pr *planRun) sharedLoop() {
+	c := pr.c
+	go pr.renewPermits()
+	idle := time.NewTimer(0)
+	defer idle.Stop()
+	wait := func(d time.Duration) {
+		idle.Reset(d)
+		select {
+		case <-idle.C:
+		case <-pr.wake:
+			idle.Stop() // (Go ≥ 1.23: no stale tick is delivered after Stop)
+		case <-c.hardStop.Done():
+		}
+	}
+	<-idle.C
+	for {
+		if pr.halted() || c.hardStop.Err() != nil {
+			return
+		}
+		pr.mu.Lock()
+		status, inflight := pr.status, pr.inflight
+		pr.mu.Unlock()
+		if status != plan.StatusRunning {
+			if inflight == 0 || status.Finished() {
+				return
+			}
+			wait(c.cfg.PlanPoll)
+			continue
+		}
+		// The share is computed without pr.mu: liveOwners takes c.mu.
+		if inflight >= c.share(pr.p.MaxConcurrency) {
+			wait(c.claimPoll())
+			continue
+		}
+		c.waitSuspect()
+		pr.mu.Lock()
+		release := pr.release
+		pr.release = nil
+		pr.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
+		claim, err := c.queue.ClaimTask(ctx, pr.p.ID, release, c.cfg.Lease)
+		cancel()
+		if err != nil {
+			if !errors.Is(err, task.ErrInvalid) {
+				pr.mu.Lock()
+				pr.release = append(pr.release, release...)
+				pr.mu.Unlock()
+			}
+			pr.log.Warn().Err(err).Msg("could not claim a task")
+			wait(c.cfg.LockWaitPoll)
+			continue
+		}
+		switch claim.Outcome {
+		case plan.ClaimGranted:
+			pr.mu.Lock()
+			pr.inflight++
+			pr.held[claim.Entry.TaskID] = claim.Entry
+			pr.mu.Unlock()
+			pr.entries.Add(1)
+			go pr.runEntry(claim.Entry)
+		case plan.ClaimFull:
+			wait(c.claimPoll())
+		case plan.ClaimEmpty:
+			if inflight == 0 {
+				return
+			}
+			wait(c.claimPoll())
+		case plan.ClaimNotRunning:
+			pr.observe(claim.Status)
+		case plan.ClaimNoPlan:
+			if inflight == 0 {
+				return
+			}
+			wait(c.cfg.PlanPoll)
+		}
+	}
+}
+
+// endShared ends a shared run: it frees the permits of tasks that ended
+// and tells startPlanRun to start a new run from now on.
+func (pr *planRun) endShared() {
+	pr.mu.Lock()
+	pr.ended = true
+	release := pr.release
+	pr.release = nil
+	pr.mu.Unlock()
+	pr.freePermits(release)
+}
+
+func (pr *planRun) freePermits(es []plan.QueueEntry) {
+	if len(es) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pr.c.cfg.WriteTimeout)
+	defer cancel()
+	if err := pr.c.queue.ReleasePermits(ctx, pr.p.ID, es); err != nil {
+		pr.log.Warn().Err(err).Int("permits", len(es)).Msg("could not free permits; they free when their lease ends")
+	}
+}
+
+// wakeUp wakes the claiming loop.
+func (pr *planRun) wakeUp() {
+	select {
+	case pr.wake <- struct{}{}:
+	default:
+	}
+}
+
+// runEntry runs the task of a claimed entry if it is still what the entry
+// was queued for, then gives its permit back (with the loop's next claim,
+// or at once if the run has ended).
+func (pr *planRun) runEntry(e plan.QueueEntry) {
+	defer pr.entries.Done()
+	again := pr.runClaimed(e)
+	pr.mu.Lock()
+	pr.inflight--
+	delete(pr.held, e.TaskID)
+	ended := pr.ended
+	if !ended {
+		pr.release = append(pr.release, e)
+	}
+	pr.mu.Unlock()
+	if ended {
+		pr.freePermits([]plan.QueueEntry{e})
+	}
+	if again && !pr.halted() {
+		// The start did not land (Redis unreachable, lease lapsed): queue it
+		// again behind the others.
+		pr.c.sleep(pr.c.cfg.LockWaitPoll)
+		ctx, cancel := context.WithTimeout(context.Background(), pr.c.cfg.WriteTimeout)
+		if err := pr.c.queue.PushQueue(ctx, pr.p.ID, []plan.QueueEntry{e}, false); err != nil {
+			pr.log.Error().Err(err).Str("task_id", e.TaskID).Msg("could not queue a task again; a repair of the plan's counts queues it")
+		}
+		cancel()
+	}
+	pr.wakeUp()
+}
+
+// runClaimed reads the entry's task and runs it as its kind says, if its
+// status still fits; it reports whether it should be queued again.
+func (pr *planRun) runClaimed(e plan.QueueEntry) (again bool) {
+	c := pr.c
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
+	t, err := c.queue.QueuedTask(ctx, e)
+	cancel()
+	if err != nil {
+		if IsUnavailable(err) {
+			return true
+		}
+		pr.log.Warn().Err(err).Str("task_id", e.TaskID).Msg("queued task unreadable; dropped")
+		return false
+	}
+	if t.PlanID != pr.p.ID {
+		pr.log.Warn().Str("task_id", e.TaskID).Str("task_plan", t.PlanID).Msg("queued task of another plan; dropped")
+		return false
+	}
+	switch {
+	case e.Kind == plan.QueueStart && t.Status == task.StatusPending:
+		return pr.c.startTask(pr, t)
+	case e.Kind == plan.QueueResume && t.Status == task.StatusPaused:
+		pr.runItem(planItem{t: t, mode: itemResume})
+	case e.Kind == plan.QueueTakeover && t.Status == task.StatusRunning && c.orphaned(t):
+		pr.runItem(planItem{t: t, mode: itemTakeover})
+	}
+	// Anything else was started, finished or changed by someone since it
+	// was queued (a dead instance's RUNNING task, say: never restarted).
+	return false
+}
+
+// renewPermits renews the permits of the plan's tasks running here every
+// lease/3, in one round trip for all of them, until the run has ended and
+// its tasks are done.
+func (pr *planRun) renewPermits() {
+	c := pr.c
+	tick := time.NewTicker(max(c.cfg.Lease/3, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+		case <-c.hardStop.Done():
+			return
+		}
+		pr.mu.Lock()
+		es := make([]plan.QueueEntry, 0, len(pr.held))
+		for _, e := range pr.held {
+			es = append(es, e)
+		}
+		done := pr.ended && len(pr.held) == 0
+		pr.mu.Unlock()
+		if done {
+			return
+		}
+		if len(es) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
+		n, err := c.queue.RenewPermits(ctx, pr.p.ID, es, c.cfg.Lease)
+		cancel()
+		switch {
+		case err != nil:
+			pr.log.Warn().Err(err).Msg("could not renew permits")
+		case n < len(es):
+			pr.log.Warn().Int("held", len(es)).Int("renewed", n).Msg("some permits had expired; their tasks run beyond the plan's limit until they end")
+		}
+	}
+}
+
+// discover starts a run here for every RUNNING plan with queued work or
+// held permits that has none, every PlanPoll, until the instance stops.
+func (c *Coordinator) discover() {
+	tick := time.NewTicker(c.cfg.PlanPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.bgStop:
+			return
+		case <-c.hardStop.Done():
+			return
+		case <-tick.C:
+		}
+		if c.closing.Load() {
+			return
+		}
+		c.discoverOnce()
+	}
+}
+
+func (c *Coordinator) discoverOnce() {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.QueryTimeout)
+	defer cancel()
+	qs, err := c.queue.ActiveQueues(ctx)
+	if err != nil {
+		c.log.Warn().Err(err).Msg("could not list active plans")
+		return
+	}
+	for _, q := range qs {
+		if q.Status != plan.StatusRunning || (q.Queued == 0 && q.Permits == 0) {
+			continue
+		}
+		if pr := c.localPlan(q.PlanID); pr != nil {
+			pr.wakeUp()
+			continue
+		}
+		p, _, err := c.store.Plan(ctx, q.PlanID)
+		if err != nil || p.Status != plan.StatusRunning {
+			continue
+		}
+		stages, err := c.compile(p)
+		if err != nil {
+			c.log.Error().Err(err).Str("plan_id", p.ID).Msg("cannot compile the stages of a running plan; not running its tasks here")
+			continue
+		}
+		c.startPlanRun(p, stages, nil)
+	}
+}
+
+// requeueMissing queues the items of pending that are neither queued nor
+// held (a queue lost, or never pushed) and every item of extra, and makes
+// sure a run of the plan claims work here.
+func (c *Coordinator) requeueMissing(ctx context.Context, p *plan.Plan, stages []stage.Runnable, pending, extra []planItem) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.WriteTimeout)
+	defer cancel()
+	queued, held, err := c.queue.QueueEntries(ctx, p.ID)
+	if err != nil {
+		return err
+	}
+	known := make(map[string]bool, len(queued)+len(held))
+	for _, e := range append(queued, held...) {
+		if e.Kind == plan.QueueStart {
+			known[e.TaskID] = true
+		}
+	}
+	var items []planItem
+	for _, it := range pending {
+		if !known[it.t.ID] {
+			items = append(items, it)
+		}
+	}
+	if n := len(items); n > 0 {
+		c.log.Warn().Str("plan_id", p.ID).Int("tasks", n).Msg("pending tasks missing from the plan's queue; queued again")
+	}
+	items = append(items, extra...)
+	if len(items) == 0 {
+		c.startPlanRun(p, stages, nil)
+		return nil
+	}
+	return c.queueWork(ctx, p, stages, items)
+}

@@ -1,0 +1,463 @@
+package facade_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deploycoord/deploycoord/facade"
+	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/repository"
+	"github.com/deploycoord/deploycoord/task"
+)
+
+// sharedMode runs the bundle's coordinators with shared plans and a fast
+// instance heartbeat (the shares follow the live instances).
+func sharedMode(b *bundle) {
+	b.cfg.SharedPlans = true
+	b.cfg.Heartbeat = 20 * time.Millisecond
+}
+
+// tracker is a deployment target that holds every call for delay and
+// records how many calls were in flight at once, across all instances.
+type tracker struct {
+	*httptest.Server
+	mu       sync.Mutex
+	delay    time.Duration
+	now, top int
+	calls    int
+}
+
+func newTracker(t *testing.T, delay time.Duration) *tracker {
+	tr := &tracker{delay: delay}
+	tr.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tr.mu.Lock()
+		tr.now++
+		tr.calls++
+		tr.top = max(tr.top, tr.now)
+		tr.mu.Unlock()
+		time.Sleep(tr.delay)
+		tr.mu.Lock()
+		tr.now--
+		tr.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+func (tr *tracker) stage(name string) task.StageSpec {
+	cfg, _ := json.Marshal(map[string]any{"method": "POST", "url": tr.URL + "/d/{{.TenantID}}"})
+	return task.StageSpec{Name: name, Kind: "http", Timeout: task.Duration(5 * time.Second), Config: cfg}
+}
+
+func (tr *tracker) stats() (top, calls int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.top, tr.calls
+}
+
+func tenants(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "tenant-" + string(rune('a'+i/26)) + string(rune('a'+i%26))
+	}
+	return out
+}
+
+func owners(t *testing.T, c *facade.Coordinator, planID string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	f := plan.TaskFilter{Limit: plan.LimitMax}
+	for {
+		ts, next, err := c.PlanTasks(context.Background(), planID, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range ts {
+			out[v.Owner]++
+		}
+		if next == "" {
+			return out
+		}
+		f.Cursor = next
+	}
+}
+
+func queueState(t *testing.T, b *bundle, planID string) (queued, held []plan.QueueEntry) {
+	t.Helper()
+	q, h, err := b.store.QueueEntries(context.Background(), planID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, h
+}
+
+// TestSharedPlanAcrossInstances: two instances run one plan; both start
+// tasks, never more than maxConcurrency at once across both, and the plan
+// completes with no permit left.
+func TestSharedPlanAcrossInstances(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		other := b.second("coord-b")
+		tr := newTracker(t, 60*time.Millisecond)
+		s := spec([]task.StageSpec{tr.stage("deploy")}, tenants(24)...)
+		s.MaxConcurrency = 4
+		v := b.create(s)
+		b.waitPlan(b.coord, v.ID, plan.StatusCompleted)
+		top, calls := tr.stats()
+		if top > 4 || calls != 24 {
+			t.Fatalf("%d calls, %d at once; want 24, at most 4", calls, top)
+		}
+		by := owners(t, other, v.ID)
+		if by["coord-a"] == 0 || by["coord-b"] == 0 || by["coord-a"]+by["coord-b"] != 24 {
+			t.Fatalf("tasks per instance %v: want both", by)
+		}
+		t.Logf("tasks per instance %v, at most %d at once", by, top)
+		b.idle(b.coord)
+		b.idle(other)
+		if q, h := queueState(t, b, v.ID); len(q) != 0 || len(h) != 0 {
+			t.Fatalf("left queued %v, held %v", q, h)
+		}
+	})
+}
+
+// TestSharedPlanPauseResumeCancel: a pause made on one instance stops the
+// other's starts and pauses its running tasks; a resume on either resumes
+// them all; a cancel cancels what is queued and drops the queue.
+func TestSharedPlanPauseResumeCancel(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		other := b.second("coord-b")
+		ctx := context.Background()
+		ts := tenants(10)
+		s := spec([]task.StageSpec{gateStage("hold"), noopStage("after")}, ts...)
+		s.MaxConcurrency = 4
+		v := b.create(s)
+		eventually(t, 15*time.Second, func() error {
+			pv, err := other.Plan(ctx, v.ID)
+			if err != nil {
+				return err
+			}
+			if pv.Counts[task.StatusRunning] != 4 {
+				return errf("running %v", pv.Counts)
+			}
+			return nil
+		})
+		if _, err := other.PausePlan(ctx, v.ID, "hold on", anyone); err != nil {
+			t.Fatal(err)
+		}
+		// The other instance sees the pause on its next poll of the plan.
+		time.Sleep(4 * b.cfg.PlanPoll)
+		b.gates.openAll()
+		eventually(t, 15*time.Second, func() error {
+			pv, err := b.coord.Plan(ctx, v.ID)
+			if err != nil {
+				return err
+			}
+			if pv.Counts[task.StatusPaused] != 4 || pv.Counts[task.StatusPending] != 6 {
+				return errf("counts %v", pv.Counts)
+			}
+			return nil
+		})
+		b.idle(b.coord)
+		b.idle(other)
+		if pv, _ := b.coord.Plan(ctx, v.ID); pv.Counts[task.StatusPending] != 6 || pv.Status != plan.StatusPaused {
+			t.Fatalf("a task started while paused: %v", pv.Counts)
+		}
+		if _, err := b.coord.ResumePlan(ctx, v.ID, facade.ResumeOptions{Reason: "go on"}, anyone); err != nil {
+			t.Fatal(err)
+		}
+		b.waitPlan(other, v.ID, plan.StatusCompleted)
+
+		// Cancel from the instance that did not create the plan.
+		tr := newTracker(t, 300*time.Millisecond)
+		s2 := spec([]task.StageSpec{tr.stage("slow")}, tenants(12)...)
+		s2.MaxConcurrency = 2
+		v2 := b.create(s2)
+		eventually(t, 15*time.Second, func() error {
+			pv, err := other.Plan(ctx, v2.ID)
+			if err != nil {
+				return err
+			}
+			if pv.Counts[task.StatusRunning] == 0 {
+				return errf("none running %v", pv.Counts)
+			}
+			return nil
+		})
+		if _, err := other.CancelPlan(ctx, v2.ID, "stop it", anyone); err != nil {
+			t.Fatal(err)
+		}
+		pv := b.waitPlan(b.coord, v2.ID, plan.StatusCancelled)
+		b.idle(b.coord)
+		b.idle(other)
+		pv, _ = b.coord.Plan(ctx, v2.ID)
+		_, calls := tr.stats()
+		if pv.Counts[task.StatusCompleted]+pv.Counts[task.StatusCancelled] != 12 || pv.Counts[task.StatusCancelled] < 6 || calls != pv.Counts[task.StatusCompleted] {
+			t.Fatalf("after cancel: %v, %d calls", pv.Counts, calls)
+		}
+		if q, h := queueState(t, b, v2.ID); len(q) != 0 || len(h) != 0 {
+			t.Fatalf("cancelled plan left queued %v, held %v", q, h)
+		}
+	})
+}
+
+// TestSharedPlanDeadClaimer: an instance that claimed a task and died
+// before starting it holds a permit until its lease ends; then the entry
+// is claimed again and the task runs. A dead instance's RUNNING task is
+// not restarted.
+func TestSharedPlanDeadClaimer(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		ctx := context.Background()
+		s := spec([]task.StageSpec{noopStage("only")}, "tenant-ghost")
+		no := false
+		s.Start = &no
+		v := b.create(s)
+		p, _, err := b.store.Plan(ctx, v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(time.Now(), "ghost"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.store.UpdatePlan(ctx, p, plan.StatusCreated); err != nil {
+			t.Fatal(err)
+		}
+		tk, err := b.coord.TaskByTenant(ctx, "tenant-ghost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := plan.QueueEntry{Kind: plan.QueueStart, TenantID: "tenant-ghost", TaskID: tk.ID}
+		if err := b.store.PushQueue(ctx, v.ID, []plan.QueueEntry{e}, false); err != nil {
+			t.Fatal(err)
+		}
+		// The ghost claims with a short lease and never starts the task.
+		c, err := b.store.ClaimTask(ctx, v.ID, nil, 300*time.Millisecond)
+		if err != nil || c.Outcome != plan.ClaimGranted {
+			t.Fatalf("ghost claim: %+v %v", c, err)
+		}
+		b.waitPlan(b.coord, v.ID, plan.StatusCompleted)
+		if got := b.waitTask(b.coord, "tenant-ghost", task.StatusCompleted); got.Owner != "coord-a" {
+			t.Fatalf("owner %s", got.Owner)
+		}
+	})
+}
+
+func errf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// tripHook counts round trips like redistest.Counter, leaving out those
+// whose timing, not the task starts, decides how many there are: the event
+// feed's batches (XADD only), permit renewals (every lease/3) and the
+// instance registry's heartbeat.
+type tripHook struct{ n atomic.Int64 }
+
+func timed(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) > 1 {
+		if k, ok := args[1].(string); ok && strings.Contains(k, "instance") {
+			return true
+		}
+	}
+	switch cmd.Name() {
+	case "xadd":
+		return true
+	case "evalsha", "eval":
+		if len(args) > 3 {
+			k, _ := args[3].(string)
+			return fmt.Sprint(args[2]) == "1" && strings.HasSuffix(k, ":permits")
+		}
+	}
+	return redistest.Handshake(cmd)
+}
+
+func (h *tripHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *tripHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !timed(cmd) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if !timed(cmd) {
+				h.n.Add(1)
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestSharedStartRoundTrips counts the Redis round trips of a plan's task
+// starts with a go-redis hook, write and read batching off: the
+// instance-owned run (a lock and the RUNNING write per start) against the
+// shared queue (a claim and a read of the task on top; the permit is freed
+// by the next claim). A stage transition costs the same in both.
+func TestSharedStartRoundTrips(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		const n = 40
+		b := setup(t, be)
+		hook := &tripHook{}
+		b.client.AddHook(hook)
+		st, err := repository.NewRedis(b.client, repository.Config{Prefix: b.prefix, NoWriteBatching: true, NoReadBatching: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Preload(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		trips := map[bool]int64{}
+		for _, shared := range []bool{false, true} {
+			cfg := b.cfg
+			cfg.Instance, cfg.SharedPlans = fmt.Sprintf("coord-rt-%v", shared), shared
+			cfg.Heartbeat, cfg.PlanPoll = time.Hour, time.Hour
+			c, err := facade.New(st, b.locks, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			names := make([]string, n)
+			for i := range names {
+				names[i] = fmt.Sprintf("rt-%v-%02d", shared, i)
+			}
+			s := spec([]task.StageSpec{noopStage("a"), noopStage("b")}, names...)
+			s.MaxConcurrency = 1
+			b.idle(c)
+			before := hook.n.Load()
+			v, err := c.CreatePlan(context.Background(), s, anyone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.idle(c)
+			trips[shared] = hook.n.Load() - before
+			pv, err := c.Plan(context.Background(), v.ID)
+			if err != nil || pv.Status != plan.StatusCompleted {
+				t.Fatalf("shared %v: plan %v %v", shared, pv.Status, err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = c.Shutdown(ctx)
+			cancel()
+			t.Logf("shared=%v: %d round trips for a plan of %d tasks x 2 stages, creation included", shared, trips[shared], n)
+		}
+		// Instance-owned: per task the lock, the RUNNING write, one stage
+		// transition and the final write; per plan its creation (2). Shared:
+		// per task also the claim and the read of the task; per plan also
+		// the queue push and the freeing of the last permit. (The
+		// instance-owned figure is a minimum: its run sometimes adds one to
+		// three.)
+		if want := int64(6*n + 4); trips[true] != want {
+			t.Errorf("shared: %d round trips, want %d", trips[true], want)
+		}
+		if trips[false] < 4*n+2 || trips[true]-trips[false] > 2*n+2 {
+			t.Errorf("instance-owned: %d round trips, want at least %d and at most %d fewer than shared", trips[false], 4*n+2, 2*n+2)
+		}
+	})
+}
+
+// TestSharedPlanLarge: a plan of 2 000 tasks runs to its end on two
+// instances with a high maxConcurrency and both go idle (the claim loop
+// computes its share outside the plan run's lock).
+func TestSharedPlanLarge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2 000 tasks")
+	}
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		other := b.second("coord-b")
+		names := make([]string, 2000)
+		for i := range names {
+			names[i] = fmt.Sprintf("big-%04d", i)
+		}
+		s := spec([]task.StageSpec{noopStage("only")}, names...)
+		s.MaxConcurrency = 64
+		v := b.create(s)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		for {
+			pv, err := other.Plan(ctx, v.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pv.Status == plan.StatusCompleted {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("plan not completed: %v", pv.Counts)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		b.idle(b.coord)
+		b.idle(other)
+		by := owners(t, b.coord, v.ID)
+		if by["coord-a"]+by["coord-b"] != 2000 {
+			t.Fatalf("owners %v", by)
+		}
+		t.Logf("tasks per instance %v", by)
+	})
+}
+
+// TestPlanOrphanedCountsOwnLostTasks: a RUNNING task stored under this
+// instance's id that does not run here (an earlier process with the same id
+// died) counts in the plan's orphaned count, as the task view says.
+func TestPlanOrphanedCountsOwnLostTasks(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be)
+		ctx := context.Background()
+		s := spec([]task.StageSpec{noopStage("only")}, "tenant-lost", "tenant-idle")
+		no := false
+		s.Start = &no
+		v := b.create(s)
+		p, _, err := b.store.Plan(ctx, v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(time.Now(), "coord-a"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.store.UpdatePlan(ctx, p, plan.StatusCreated); err != nil {
+			t.Fatal(err)
+		}
+		tk, _, err := b.store.TaskByTenant(ctx, "tenant-lost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := tk.Status
+		if err := tk.Start(time.Now(), "coord-a", 7); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.store.WriteTask(ctx, task.Write{Task: tk, PrevStatus: prev, ExpectSeq: tk.Seq, Guard: task.Guard{Fence: 7}}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, func() error {
+			pv, err := b.coord.Plan(ctx, v.ID)
+			if err != nil {
+				return err
+			}
+			if pv.Orphaned != 1 || pv.Counts[task.StatusRunning] != 1 {
+				return fmt.Errorf("orphaned %d, counts %v; want 1 orphaned", pv.Orphaned, pv.Counts)
+			}
+			return nil
+		})
+		tv, err := b.coord.TaskByTenant(ctx, "tenant-lost")
+		if err != nil || !tv.Orphaned {
+			t.Fatalf("task view: orphaned %v, %v", tv.Orphaned, err)
+		}
+	})
+}

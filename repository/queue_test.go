@@ -1,0 +1,207 @@
+package repository
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+)
+
+func entriesOf(f fixture, kind plan.QueueKind) []plan.QueueEntry {
+	es := make([]plan.QueueEntry, len(f.tasks))
+	for i, tk := range f.tasks {
+		es[i] = plan.QueueEntry{Kind: kind, TenantID: tk.TenantID, TaskID: tk.ID}
+	}
+	return es
+}
+
+// TestQueueClaimPermits: claims hand out entries in order, at most
+// maxConcurrency permits at once across claimers, a freed permit lets the
+// next claim through in the same round trip, an empty queue and a plan not
+// RUNNING are answers, not errors.
+func TestQueueClaimPermits(t *testing.T) {
+	eachRedis(t, Config{}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		f := createPlan(t, e, 8, 0) // maxConcurrency 5
+		id := f.plan.ID
+		if err := e.redis.PushQueue(ctx, id, entriesOf(f, plan.QueueStart), false); err != nil {
+			t.Fatal(err)
+		}
+		var got []plan.QueueEntry
+		for i := range 5 {
+			c, err := e.redis.ClaimTask(ctx, id, nil, time.Minute)
+			if err != nil || c.Outcome != plan.ClaimGranted {
+				t.Fatalf("claim %d: %+v %v", i, c, err)
+			}
+			if c.Entry.TaskID != f.tasks[i].ID || c.Entry.TenantID != f.tasks[i].TenantID || c.Permits != i+1 {
+				t.Fatalf("claim %d got %+v, want task %s", i, c, f.tasks[i].ID)
+			}
+			got = append(got, c.Entry)
+		}
+		c, err := e.redis.ClaimTask(ctx, id, nil, time.Minute)
+		if err != nil || c.Outcome != plan.ClaimFull || c.Permits != 5 {
+			t.Fatalf("sixth claim: %+v %v, want full", c, err)
+		}
+		// Freeing one permit in the claim lets it through: one round trip.
+		var c2 plan.Claim
+		n := e.counter.Count(func() { c2, err = e.redis.ClaimTask(ctx, id, got[:1], time.Minute) })
+		if err != nil || c2.Outcome != plan.ClaimGranted || c2.Entry.TaskID != f.tasks[5].ID || n != 1 {
+			t.Fatalf("claim with release: %+v %v in %d round trips", c2, err, n)
+		}
+		if err := e.redis.ReleasePermits(ctx, id, got[1:3]); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if c, err := e.redis.ClaimTask(ctx, id, nil, time.Minute); err != nil || c.Outcome != plan.ClaimGranted {
+				t.Fatalf("claim after release: %+v %v", c, err)
+			}
+		}
+		if err := e.redis.ReleasePermits(ctx, id, got[3:5]); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := e.redis.ClaimTask(ctx, id, nil, time.Minute); err != nil || c.Outcome != plan.ClaimEmpty || c.Permits != 3 {
+			t.Fatalf("claim on empty queue: %+v %v", c, err)
+		}
+		// A plan that is not RUNNING hands out nothing.
+		p := f.plan.Clone()
+		if err := p.Pause(e.clock.Now(), "hold"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.store.UpdatePlan(ctx, p, plan.StatusRunning); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.redis.PushQueue(ctx, id, entriesOf(f, plan.QueueResume)[:1], true); err != nil {
+			t.Fatal(err)
+		}
+		if c, err := e.redis.ClaimTask(ctx, id, nil, time.Minute); err != nil || c.Outcome != plan.ClaimNotRunning || c.Status != plan.StatusPaused {
+			t.Fatalf("claim on paused plan: %+v %v", c, err)
+		}
+		qs, err := e.redis.ActiveQueues(ctx)
+		if err != nil || len(qs) != 1 || qs[0].PlanID != id || qs[0].Queued != 1 || qs[0].Permits != 3 || qs[0].MaxConcurrency != 5 {
+			t.Fatalf("active queues: %+v %v", qs, err)
+		}
+		// A missing plan is an answer too, and leaves the active set.
+		other := plan.NewID(e.clock.Now())
+		if c, err := e.redis.ClaimTask(ctx, other, nil, time.Minute); err != nil || c.Outcome != plan.ClaimNoPlan {
+			t.Fatalf("claim on missing plan: %+v %v", c, err)
+		}
+		if err := e.redis.DropQueue(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if qs, err := e.redis.ActiveQueues(ctx); err != nil || len(qs) != 0 {
+			t.Fatalf("active queues after drop: %+v %v", qs, err)
+		}
+	})
+}
+
+// TestQueuePermitExpiry: a permit not renewed within its lease (its holder
+// died) is freed and its entry queued again at the head; a renewed one is
+// kept.
+func TestQueuePermitExpiry(t *testing.T) {
+	eachRedis(t, Config{}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		f := createPlan(t, e, 3, 0)
+		id := f.plan.ID
+		es := entriesOf(f, plan.QueueStart)
+		if err := e.redis.PushQueue(ctx, id, es, false); err != nil {
+			t.Fatal(err)
+		}
+		const lease = 300 * time.Millisecond
+		a, err := e.redis.ClaimTask(ctx, id, nil, lease)
+		if err != nil || a.Outcome != plan.ClaimGranted {
+			t.Fatal(a, err)
+		}
+		b, err := e.redis.ClaimTask(ctx, id, nil, time.Minute)
+		if err != nil || b.Outcome != plan.ClaimGranted {
+			t.Fatal(b, err)
+		}
+		// Renewing while held keeps it; wait past the first lease renewing.
+		deadline := time.Now().Add(2 * lease)
+		for time.Now().Before(deadline) {
+			if n, err := e.redis.RenewPermits(ctx, id, []plan.QueueEntry{a.Entry}, lease); err != nil || n != 1 {
+				t.Fatalf("renew: %d %v", n, err)
+			}
+			time.Sleep(lease / 5)
+		}
+		c, err := e.redis.ClaimTask(ctx, id, nil, time.Minute)
+		if err != nil || c.Outcome != plan.ClaimGranted || c.Entry != es[2] {
+			t.Fatalf("claim while renewed: %+v %v, want %v", c, err, es[2])
+		}
+		// Stop renewing: after the lease the entry comes back first.
+		if err := e.redis.ReleasePermits(ctx, id, []plan.QueueEntry{c.Entry}); err != nil {
+			t.Fatal(err)
+		}
+		var again plan.Claim
+		for range 100 {
+			if again, err = e.redis.ClaimTask(ctx, id, nil, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if again.Outcome != plan.ClaimEmpty {
+				break
+			}
+			time.Sleep(lease / 5)
+		}
+		if again.Outcome != plan.ClaimGranted || again.Entry != a.Entry || again.Permits != 2 {
+			t.Fatalf("expired permit's entry not queued again: %+v", again)
+		}
+		if n, err := e.redis.RenewPermits(ctx, id, []plan.QueueEntry{es[2]}, lease); err != nil || n != 0 {
+			t.Fatalf("renew of a released permit: %d %v, want 0", n, err)
+		}
+	})
+}
+
+// TestQueueHostileInput: bad plan ids, entries and leases are refused with
+// ErrInvalid and nothing is written.
+func TestQueueHostileInput(t *testing.T) {
+	eachRedis(t, Config{}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		f := createPlan(t, e, 1, 0)
+		good := entriesOf(f, plan.QueueStart)[0]
+		bad := []plan.QueueEntry{
+			{Kind: "x", TenantID: good.TenantID, TaskID: good.TaskID},
+			{Kind: plan.QueueStart, TenantID: "a|b", TaskID: good.TaskID},
+			{Kind: plan.QueueStart, TenantID: "{t}", TaskID: good.TaskID},
+			{Kind: plan.QueueStart, TenantID: "t*", TaskID: good.TaskID},
+			{Kind: plan.QueueStart, TenantID: "t\x00", TaskID: good.TaskID},
+			{Kind: plan.QueueStart, TenantID: strings.Repeat("t", 300), TaskID: good.TaskID},
+			{Kind: plan.QueueStart, TenantID: good.TenantID, TaskID: "task-1:2"},
+		}
+		for _, b := range bad {
+			err := e.redis.PushQueue(ctx, f.plan.ID, []plan.QueueEntry{good, b}, false)
+			if !errors.Is(err, plan.ErrInvalid) && !errors.Is(err, task.ErrInvalid) {
+				t.Errorf("push %q: %v, want invalid", b.String(), err)
+			}
+			if _, err := e.redis.ClaimTask(ctx, f.plan.ID, []plan.QueueEntry{b}, time.Minute); err == nil {
+				t.Errorf("claim releasing %q accepted", b.String())
+			}
+		}
+		for _, id := range []string{"", "plan-{x}", "plan-*", "plan-1:2", "plan-\n"} {
+			if err := e.redis.PushQueue(ctx, id, []plan.QueueEntry{good}, false); !errors.Is(err, plan.ErrInvalid) {
+				t.Errorf("push to plan %q: %v", id, err)
+			}
+			if _, err := e.redis.ClaimTask(ctx, id, nil, time.Minute); !errors.Is(err, plan.ErrInvalid) {
+				t.Errorf("claim on plan %q: %v", id, err)
+			}
+		}
+		if _, err := e.redis.ClaimTask(ctx, f.plan.ID, nil, 0); !errors.Is(err, plan.ErrInvalid) {
+			t.Errorf("claim with no lease: %v", err)
+		}
+		if q, h, err := e.redis.QueueEntries(ctx, f.plan.ID); err != nil || len(q) != 0 || len(h) != 0 {
+			t.Fatalf("something was written: %v %v %v", q, h, err)
+		}
+		// A hand-written bad entry is dropped by the claim that pops it.
+		k, _ := e.redis.Keys().PlanQueue(f.plan.ID)
+		if err := e.client.RPush(ctx, k, "s|{evil}|x").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.redis.ClaimTask(ctx, f.plan.ID, nil, time.Minute); !errors.Is(err, task.ErrInvalid) {
+			t.Fatalf("claim of a bad entry: %v", err)
+		}
+		if q, h, err := e.redis.QueueEntries(ctx, f.plan.ID); err != nil || len(q) != 0 || len(h) != 0 {
+			t.Fatalf("bad entry left: %v %v %v", q, h, err)
+		}
+	})
+}

@@ -1,0 +1,46 @@
+-- claim_plan_task.lua: take one entry of a plan's shared work queue and a
+-- permit for it, if the plan is RUNNING and fewer than maxConcurrency
+-- permits are held (by every instance together). One round trip, in the
+-- plan's slot.
+--
+-- KEYS[1] -> {p}plan:{planId}            plan record (HASH)
+-- KEYS[2] -> {p}plan:{planId}:queue      queued entries (LIST of "<kind>|<tenantId>|<taskId>")
+-- KEYS[3] -> {p}plan:{planId}:permits    held permits (ZSET entry -> lease end, ms, Redis clock)
+-- ARGV[1] -> permit lease in milliseconds
+-- ARGV[2] -> TTL of the plan keys in milliseconds
+-- ARGV[3] -> n, the number of permits to free first (the caller's tasks that ended)
+-- ARGV[4 .. 3+n] -> those entries
+-- Returns {3, entry, permits} when granted; {1, permits} when every permit
+-- is held; {2, permits} when the queue is empty; {0, status} when the plan
+-- is not RUNNING; {-1} when the plan is missing.
+--
+-- Permits whose lease passed (their holder died or stopped renewing) are
+-- freed and their entries go back to the head of the queue: whoever claims
+-- one reads the task and starts it only if it is still in the status its
+-- kind expects (a PENDING task whose claimer died before starting it), so
+-- a dead instance's RUNNING tasks are never restarted.
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = tonumber(ARGV[3])
+for i = 4, 3 + n do redis.call('ZREM', KEYS[3], ARGV[i]) end
+
+local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+if #dead > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  for i = #dead, 1, -1 do redis.call('LPUSH', KEYS[2], dead[i]) end
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+
+local p = redis.call('HMGET', KEYS[1], 'status', 'maxConcurrency')
+if not p[1] then return {-1} end
+if p[1] ~= 'RUNNING' then return {0, p[1]} end
+local max = tonumber(p[2]) or 1
+if max < 1 then max = 1 end
+local held = redis.call('ZCARD', KEYS[3])
+if held >= max then return {1, held} end
+local e = redis.call('LPOP', KEYS[2])
+if not e then return {2, held} end
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[1]), e)
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
+return {3, e, held + 1}
