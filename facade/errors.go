@@ -101,3 +101,16 @@ func translate(err error, what string) error {
 	}
 	return err
 }
+
+// fromMemory refuses an empty list answered from memory (degraded): memory
+// holds only what this instance runs, so "nothing" from it says nothing of
+// the plans, tasks or tenants other instances run. A list with items is
+// answered with each item marked degraded; an empty one is ErrUnavailable
+// rather than a 200 that looks complete.
+func fromMemory(degraded bool, n int, what string) error {
+	if !degraded || n > 0 {
+		return nil
+	}
+	return wrapf(ErrUnavailable, "redis is not answering and this instance holds none of %s in memory; "+
+		"an empty answer would not mean there are none: try again when redis answers", what)
+}

@@ -158,6 +158,7 @@ func (c *Coordinator) Plans(ctx context.Context, f plan.ListFilter) ([]PlanView,
 	if err != nil {
 		return nil, "", translate(err, "plans")
 	}
+	degraded := c.degraded()
 	// The page's counts in one more round trip, whatever the page's size,
 	// so that a listing shows each plan's progress.
 	ids := make([]string, len(ps))
@@ -168,9 +169,13 @@ func (c *Coordinator) Plans(ctx context.Context, f plan.ListFilter) ([]PlanView,
 	if err != nil {
 		return nil, "", translate(err, "plan counts")
 	}
+	degraded = degraded || c.degraded()
+	if err := fromMemory(degraded, len(ps), "plans"); err != nil {
+		return nil, "", err
+	}
 	views := make([]PlanView, len(ps))
 	for i, p := range ps {
-		views[i] = PlanView{Plan: p, Counts: counts[p.ID]}
+		views[i] = PlanView{Plan: p, Counts: counts[p.ID], Degraded: degraded}
 		if views[i].Counts == nil {
 			views[i].Counts = plan.Counts{}
 		}
@@ -218,6 +223,9 @@ func (c *Coordinator) PlanTasks(ctx context.Context, planID string, f plan.TaskF
 			continue
 		}
 		views = append(views, v)
+	}
+	if err := fromMemory(c.degraded(), len(views), "the tasks of plan "+planID); err != nil {
+		return nil, "", err
 	}
 	return views, next, nil
 }

@@ -85,6 +85,9 @@ func (c *Coordinator) History(ctx context.Context, tenantID string, limit int) (
 	if err != nil {
 		return nil, translate(err, "history of tenant "+tenantID)
 	}
+	if err := fromMemory(c.degraded(), len(ts), "the history of tenant "+tenantID); err != nil {
+		return nil, err
+	}
 	views := make([]TaskView, len(ts))
 	for i, t := range ts {
 		views[i] = c.taskView(t, nil)

@@ -103,6 +103,7 @@ func (a *api) listPlans(w http.ResponseWriter, r *http.Request) {
 		out.Plans[i] = planJSON(v, false)
 		degraded = degraded || v.Degraded
 	}
+	out.Degraded = degraded
 	a.writeJSON(w, r, http.StatusOK, out, degraded)
 }
 
@@ -151,7 +152,8 @@ func (a *api) planTasks(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	a.writeCacheable(w, r, TaskList{Tasks: tasksJSON(vs), NextCursor: next}, anyDegraded(vs))
+	deg := anyDegraded(vs)
+	a.writeCacheable(w, r, TaskList{Tasks: tasksJSON(vs), NextCursor: next, Degraded: deg}, deg)
 }
 
 // planAction serves POST /v1/plans/{planId}/start, pause and cancel with do.

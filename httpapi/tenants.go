@@ -134,7 +134,8 @@ func (a *api) history(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	a.writeJSON(w, r, http.StatusOK, History{TenantID: tenantID, Tasks: tasksJSON(vs)}, anyDegraded(vs))
+	deg := anyDegraded(vs)
+	a.writeJSON(w, r, http.StatusOK, History{TenantID: tenantID, Tasks: tasksJSON(vs), Degraded: deg}, deg)
 }
 
 // GET /v1/tenants/{tenantId}/timeline

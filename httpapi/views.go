@@ -51,6 +51,9 @@ type PlanList struct {
 	Plans []Plan `json:"plans"`
 	// NextCursor continues the listing ("" at the end).
 	NextCursor string `json:"nextCursor"`
+	// Degraded is true when the page came from memory because Redis was
+	// not answering: it may lack what other instances run.
+	Degraded bool `json:"degraded"`
 }
 
 // Task is a task as listed (a plan's tasks, a tenant's history): without its
@@ -110,12 +113,16 @@ type Checkpoint struct {
 type TaskList struct {
 	Tasks      []Task `json:"tasks"`
 	NextCursor string `json:"nextCursor"`
+	// Degraded is true when the page came from memory (see PlanList).
+	Degraded bool `json:"degraded"`
 }
 
 // History is a tenant's tasks, newest first.
 type History struct {
 	TenantID string `json:"tenantId"`
 	Tasks    []Task `json:"tasks"`
+	// Degraded is true when the answer came from memory (see PlanList).
+	Degraded bool `json:"degraded"`
 }
 
 // Timeline is the timeline of a tenant's current task, oldest entry first.

@@ -364,7 +364,8 @@ func (c Config) validateRedis() []error {
 			if errors.As(err, &ue) {
 				err = ue.Err
 			}
-			errs = append(errs, fmt.Errorf("DEPLOYCOORD_REDIS_URL: %w", err))
+			errs = append(errs, fmt.Errorf("DEPLOYCOORD_REDIS_URL: expected redis://host:port/db "+
+				"(rediss:// for TLS, redis://user:password@host:port/db with credentials), like redis://127.0.0.1:6379/0: %w", err))
 		}
 	}
 	if len(c.RedisClusterAddrs) > 0 {

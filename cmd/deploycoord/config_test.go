@@ -286,6 +286,8 @@ func TestParseConfigRedisTopology(t *testing.T) {
 			[]string{"DEPLOYCOORD_REDIS_PASSWORD applies to DEPLOYCOORD_REDIS_CLUSTER_ADDRS or DEPLOYCOORD_REDIS_SENTINEL_ADDRS"}},
 		{"ErrTLSWithEmbedded", []string{"-redis-tls"}, nil, []string{"DEPLOYCOORD_REDIS_TLS applies to"}},
 		{"ErrURLScheme", nil, []string{"DEPLOYCOORD_REDIS_URL=http://user:hunter2@h:6379"}, []string{"DEPLOYCOORD_REDIS_URL: ", "invalid URL scheme"}},
+		{"ErrURLNoScheme", nil, []string{"DEPLOYCOORD_REDIS_URL=127.0.0.1:6379"}, []string{"DEPLOYCOORD_REDIS_URL: expected redis://host:port/db", "redis://127.0.0.1:6379/0"}},
+		{"ErrURLHostOnly", nil, []string{"DEPLOYCOORD_REDIS_URL=localhost:6379"}, []string{"DEPLOYCOORD_REDIS_URL: expected redis://host:port/db"}},
 		{"ErrURLPort", nil, []string{"DEPLOYCOORD_REDIS_URL=redis://user:hunter2@h:port"}, []string{"DEPLOYCOORD_REDIS_URL: ", "invalid port"}},
 	}
 	for _, tt := range tests {

@@ -62,7 +62,11 @@ func main() {
 	setRedisLogger(m.Log)
 	if err := m.Run(ctx); err != nil {
 		m.Log.Error().Err(err).Msg("start failed")
-		os.Exit(1)
+		code := exitCode(err)
+		if code == 2 {
+			fmt.Fprintln(os.Stderr, "deploycoord:", err)
+		}
+		os.Exit(code)
 	}
 	<-ctx.Done()
 	stop()
@@ -187,7 +191,8 @@ func (m *Main) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	stageOpts := stage.Options{InlineKinds: c.InlineKinds, InlineHTTPHosts: c.InlineHTTPHosts, AllowExec: c.AllowExec}
+	stageOpts := stage.Options{InlineKinds: c.InlineKinds, InlineHTTPHosts: c.InlineHTTPHosts, AllowExec: c.AllowExec,
+		InlineHTTPHostsSetting: "DEPLOYCOORD_INLINE_HTTP_HOSTS"}
 	if err := stageOpts.Validate(); err != nil {
 		return fmt.Errorf("stage settings: %w", err)
 	}
@@ -385,9 +390,49 @@ func (m *Main) openRedis(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := m.ping(pctx); err != nil {
+		if refused(err) {
+			return &configError{fmt.Errorf("redis at %s answers but refuses this configuration (check the database number, "+
+				"user and password of the Redis settings): %w", m.redisAddr, err)}
+		}
 		m.Log.Error().Err(err).Str("redis", m.redisAddr).Msg("redis unreachable at start; queries will fail until it answers")
 	}
 	return nil
+}
+
+// configError is a start-up failure caused by the configuration, not by the
+// moment: main exits 2 with it, like a bad setting.
+type configError struct{ err error }
+
+func (e *configError) Error() string { return e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
+// refused reports whether err is Redis answering a connection's set-up with
+// an error of configuration: a database number out of range, a wrong or
+// missing password, an ACL user without the right. Waiting will not change
+// those; LOADING, BUSY, MASTERDOWN and the like are passing and are not
+// matched.
+func refused(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	for _, p := range []string{"ERR ", "WRONGPASS", "NOAUTH", "NOPERM"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// exitCode is the exit status of a Run error: 2 for a configuration error
+// (as for a bad setting), 1 otherwise.
+func exitCode(err error) int {
+	var ce *configError
+	if errors.As(err, &ce) {
+		return 2
+	}
+	return 1
 }
 
 // redisTLS is the TLS configuration of a cluster or Sentinel connection

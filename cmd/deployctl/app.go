@@ -24,6 +24,9 @@ const (
 	exitUsage    = 2
 	exitNotFound = 3
 	exitConflict = 4
+	// exitUnavailable: the server answered 503 (Redis not answering, or
+	// the instance shutting down); the same command may work later.
+	exitUnavailable = 5
 )
 
 // Defaults of the global flags.
@@ -238,7 +241,7 @@ func (a *app) topUsage(w io.Writer) {
 	g.register(fs)
 	fs.PrintDefaults()
 	fmt.Fprint(w, `
-exit codes: 0 ok, 1 error, 2 usage, 3 not found (404), 4 conflict (409).
+exit codes: 0 ok, 1 error, 2 usage, 3 not found (404), 4 conflict (409), 5 unavailable (503: try again).
 Run 'deployctl COMMAND -h' for a command's flags and an example.
 `)
 }
@@ -378,6 +381,10 @@ func (a *app) exit(err error) int {
 			return exitNotFound
 		case 409:
 			return exitConflict
+		case 503:
+			fmt.Fprintln(a.stderr, "the server could not answer: its Redis is not answering (or it is shutting down); "+
+				"nothing was shown, which does not mean there is nothing: try again, or ask another instance")
+			return exitUnavailable
 		}
 		return exitError
 	case errors.As(err, &skipped):

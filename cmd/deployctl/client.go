@@ -151,7 +151,8 @@ func (c *client) do(ctx context.Context, r request) (int, []byte, error) {
 	}
 	if resp.Header.Get(httpapi.HeaderDegraded) == "true" && !c.degraded {
 		c.degraded = true
-		fmt.Fprintln(c.warn, "warning: the server answered from memory because Redis is unreachable; the answer may be stale")
+		fmt.Fprintln(c.warn, "warning: DEGRADED: the server answered from memory because Redis is not answering; "+
+			"the answer may be stale, and a list holds only what that instance runs")
 	}
 	return resp.StatusCode, data, nil
 }

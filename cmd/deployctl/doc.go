@@ -39,6 +39,11 @@
 //	2  usage: bad flags or arguments, caught before any request
 //	3  not found (HTTP 404)
 //	4  conflict (HTTP 409: TASK_RUNNING, ATTEMPT_MISMATCH, LOCK_MISMATCH, ...)
+//	5  unavailable (HTTP 503: the server's Redis is not answering; an empty
+//	   list is never shown then, since it would not mean there is nothing)
+//
+// An answer the server gave from memory (header X-Deploycoord-Degraded)
+// prints "warning: DEGRADED: ..." on stderr once, and the command goes on.
 //
 // Errors are printed to stderr as "error: CODE: detail" from the API's
 // problem+json answer.

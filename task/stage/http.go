@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -90,6 +91,7 @@ type httpKind struct {
 	client       *http.Client
 	inlineClient *http.Client
 	hosts        []hostEntry
+	hostsSetting string
 }
 
 type header struct {
@@ -256,7 +258,7 @@ func (k *httpKind) checkURL(c *HTTPConfig, env Env, s *httpStage) error {
 		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	}
 	if !allowedHost(k.hosts, host, port) {
-		return notAllowed(field, "host %s is not allowed in inline stages (see the server's inline HTTP hosts)", task.Quote(u.Host))
+		return notAllowed(field, "host %s is not allowed in inline stages: %s", task.Quote(u.Host), k.allowedHosts(host))
 	}
 	s.client = k.inlineClient
 	s.inlineHost = u.Scheme + "://" + strings.ToLower(u.Host)
@@ -497,3 +499,21 @@ func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // isHeaderControl: control characters other than tab.
 func isHeaderControl(r rune) bool { return r != '\t' && isControl(r) }
+
+// allowedHosts says which setting allows inline hosts and what it allows,
+// with a word on loopback names: "localhost" and "127.0.0.1" are different
+// entries, an easy trap.
+func (k *httpKind) allowedHosts(refused string) string {
+	if len(k.hosts) == 0 {
+		return k.hostsSetting + " allows none (it is empty): add this host there, or use an operator pipeline"
+	}
+	list := make([]string, len(k.hosts))
+	for i, e := range k.hosts {
+		list[i] = e.String()
+	}
+	msg := k.hostsSetting + " allows only " + strings.Join(list, ", ")
+	if ip := net.ParseIP(refused); refused == "localhost" || (ip != nil && ip.IsLoopback()) {
+		msg += " (hosts match as written: localhost, 127.0.0.1 and ::1 are different entries)"
+	}
+	return msg
+}

@@ -329,8 +329,12 @@ func TestHTTP_Inline(t *testing.T) {
 		{"OKListedHostPort", srv.URL + "/tenants/{{.TenantID}}", nil, nil},
 		{"OKListedHostAnyPort", "https://CFG.example.:8443/{{.TenantID}}", nil, nil},
 		{"OKQueryAfterHost", srv.URL + "?t={{.TenantID}}", nil, nil},
-		{"NotListedHost", other.URL + "/x", stage.ErrNotAllowed, []string{"http.url", "is not allowed in inline stages"}},
-		{"NotListedPort", "http://127.0.0.1:1/x", stage.ErrNotAllowed, []string{"is not allowed in inline stages"}},
+		{"NotListedHost", other.URL + "/x", stage.ErrNotAllowed, []string{"http.url", "is not allowed in inline stages",
+			"the server's inline HTTP hosts setting allows only " + srv.host() + ", cfg.example"}},
+		{"NotListedPort", "http://127.0.0.1:1/x", stage.ErrNotAllowed, []string{"is not allowed in inline stages", "allows only " + srv.host() + ",",
+			"localhost, 127.0.0.1 and ::1 are different entries"}},
+		{"NotListedLocalhost", "http://localhost:" + port + "/x", stage.ErrNotAllowed, []string{`host "localhost:` + port + `" is not allowed`,
+			"localhost, 127.0.0.1 and ::1 are different entries"}},
 		{"TemplatedHost", "http://{{.Params.host}}/x", stage.ErrNotAllowed, []string{"spell the host literally"}},
 		{"TemplatedPort", "http://127.0.0.1:{{.Params.port}}/x", stage.ErrNotAllowed, []string{"spell the host literally"}},
 		{"TemplatedScheme", "{{.Params.scheme}}://127.0.0.1:" + port + "/", stage.ErrNotAllowed, []string{"spell the scheme and host literally"}},
@@ -366,9 +370,9 @@ func TestHTTP_Inline(t *testing.T) {
 	})
 	t.Run("ErrNotAllowedWithNoHostsListed", func(t *testing.T) {
 		t.Parallel()
-		r := stage.NewRegistry(stage.Options{})
+		r := stage.NewRegistry(stage.Options{InlineHTTPHostsSetting: "DEPLOYCOORD_INLINE_HTTP_HOSTS"})
 		_, err := r.Compile(httpSpec(t, "in", map[string]any{"url": srv.URL}), stage.SourceInline)
-		wantConfigError(t, err, stage.ErrNotAllowed, "in", "is not allowed in inline stages")
+		wantConfigError(t, err, stage.ErrNotAllowed, "in", "is not allowed in inline stages", "DEPLOYCOORD_INLINE_HTTP_HOSTS allows none (it is empty)")
 		if _, err := r.Compile(httpSpec(t, "in", map[string]any{"url": srv.URL}), stage.SourceOperator); err != nil {
 			t.Fatalf("operator: %v", err)
 		}

@@ -120,6 +120,18 @@ type hostEntry struct {
 	host, port string
 }
 
+// String is the entry as it is written in the setting.
+func (e hostEntry) String() string {
+	h := e.host
+	if strings.Contains(h, ":") {
+		h = "[" + h + "]"
+	}
+	if e.port == "" {
+		return h
+	}
+	return h + ":" + e.port
+}
+
 var hostnameRe = regexp.MustCompile(`^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?)*$`)
 
 func parseHostEntry(s string) (hostEntry, error) {

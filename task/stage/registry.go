@@ -34,6 +34,10 @@ type Options struct {
 	// (any port) or "host:port"; IPv6 literals in brackets ("[::1]:8080").
 	// Names match case-insensitively. Empty: inline http stages call nothing.
 	InlineHTTPHosts []string
+	// InlineHTTPHostsSetting names, in the error refusing an inline host,
+	// the setting an operator changes to allow it (the server passes
+	// "DEPLOYCOORD_INLINE_HTTP_HOSTS"); "" means "the server's inline HTTP hosts setting".
+	InlineHTTPHostsSetting string
 	// AllowExec enables the exec kind in operator pipelines. Without it an
 	// exec stage is refused with ErrNotAllowed.
 	AllowExec bool
@@ -110,7 +114,11 @@ func NewRegistry(opts Options) *Registry {
 	}
 	r.kinds["noop"] = noopKind{}
 	r.kinds["sleep"] = sleepKind{}
-	r.kinds["http"] = &httpKind{client: client, inlineClient: inlineClient(client, nil), hosts: hosts}
+	setting := opts.InlineHTTPHostsSetting
+	if setting == "" {
+		setting = "the server's inline HTTP hosts setting"
+	}
+	r.kinds["http"] = &httpKind{client: client, inlineClient: inlineClient(client, nil), hosts: hosts, hostsSetting: setting}
 	r.kinds["exec"] = execKind{allowed: opts.AllowExec}
 	return r
 }
