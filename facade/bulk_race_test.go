@@ -235,3 +235,67 @@ func TestRetryPlanReopensFinishedPlan(t *testing.T) {
 		}
 	})
 }
+
+// TestRetryPlanOrphaned: "orphaned": true selects the RUNNING tasks whose
+// owner instance is gone, and only those; each is taken over from its
+// checkpoint.
+func TestRetryPlanOrphaned(t *testing.T) {
+	t.Parallel()
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be)
+		ctx := context.Background()
+		s := spec([]task.StageSpec{noopStage("only")}, "t-lost", "t-idle")
+		s.Start = new(false)
+		v := b.create(s)
+		// The plan and t-lost's task as an instance that died mid-run left
+		// them: RUNNING, owned by coord-dead, which no longer heartbeats.
+		p, _, err := b.store.Plan(ctx, v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(time.Now(), "coord-dead"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.store.UpdatePlan(ctx, p, plan.StatusCreated); err != nil {
+			t.Fatal(err)
+		}
+		tk, _, err := b.store.TaskByTenant(ctx, "t-lost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := tk.Status
+		if err := tk.Start(time.Now(), "coord-dead", 7); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.store.WriteTask(ctx, task.Write{Task: tk, PrevStatus: prev, ExpectSeq: tk.Seq, Guard: task.Guard{Fence: 7}}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, func() error {
+			tv, err := b.coord.TaskByTenant(ctx, "t-lost")
+			if err != nil || !tv.Orphaned {
+				return fmt.Errorf("t-lost orphaned %v, %v", tv.Orphaned, err)
+			}
+			return nil
+		})
+
+		req := facade.PlanRetryRequest{Orphaned: true, Reason: "INC-11 coord-dead is gone"}
+		dry := req
+		dry.DryRun = true
+		res, err := b.coord.RetryPlan(ctx, v.ID, dry, anyone)
+		if err != nil || res.Selected != 1 || !slices.Equal(res.Retried, []string{"t-lost"}) {
+			t.Fatalf("dry run: %+v %v", res, err)
+		}
+		res, err = b.coord.RetryPlan(ctx, v.ID, req, anyone)
+		if err != nil || res.Selected != 1 || !slices.Equal(res.Retried, []string{"t-lost"}) || len(res.Skipped) != 0 {
+			t.Fatalf("bulk retry of the orphaned: %+v %v", res, err)
+		}
+		tv := b.waitTask(b.coord, "t-lost", task.StatusCompleted)
+		if tv.Attempt != 2 || tv.Owner != b.cfg.Instance {
+			t.Fatalf("taken over task: attempt %d, owner %s", tv.Attempt, tv.Owner)
+		}
+		// Nothing is orphaned any more: a second call selects nothing.
+		if res, err := b.coord.RetryPlan(ctx, v.ID, req, anyone); err != nil || res.Selected != 0 {
+			t.Fatalf("second bulk retry: %+v %v", res, err)
+		}
+	})
+}

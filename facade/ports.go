@@ -39,6 +39,11 @@ type Store interface {
 	PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) ([]*task.Task, string, error)
 	// RepairCounts recomputes a plan's counts from its task records.
 	RepairCounts(ctx context.Context, planID string) (plan.Counts, error)
+	// SearchTasks returns the tasks f selects across plans, newest first,
+	// and the cursor of the next page ("" at the end), from indexes kept by
+	// the writes (never reading every task). A page may hold fewer than
+	// f.Limit tasks when a filter the indexes cannot apply dropped some.
+	SearchTasks(ctx context.Context, f plan.TaskSearch) ([]*task.Task, string, error)
 
 	// WriteTask applies w atomically (one round trip). Returns a
 	// *task.RefusedError (errors.Is task.ErrWriteRefused) when the guard,

@@ -60,6 +60,10 @@ type taskRun struct {
 
 	events   []task.Event
 	released bool
+
+	// mark is the stage being run and when it started, for LongStages
+	// (read by other goroutines: t belongs to the run's goroutine).
+	mark atomic.Pointer[stageMark]
 }
 
 func (c *Coordinator) newRun(t *task.Task, p *plan.Plan, stages []stage.Runnable, ck checkpoint.Checkpoint, lease Lease, pr *planRun) *taskRun {
@@ -125,6 +129,7 @@ func (r *taskRun) run(from int) {
 		}
 		spec := r.p.Stages[i]
 		r.t.EnterStage(i, spec.Name, r.c.now())
+		r.mark.Store(&stageMark{started: r.t.StageStartedAt, timeout: spec.TimeoutOrDefault()})
 		r.addEvent(task.Event{Type: task.EventStageStarted}.AtStage(i, spec.Name))
 		res, err := r.runStage(i)
 		if err != nil {

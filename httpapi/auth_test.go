@@ -71,6 +71,7 @@ func endpoints() []endpoint {
 		{request{method: "GET", path: tp + "/lock"}, 200, false},
 		{request{method: "DELETE", path: tp + "/lock", body: `{"reason": "INC-1", "expectedFence": 7}`}, 200, true},
 		{request{method: "GET", path: "/v1/tasks/" + taskID}, 200, false},
+		{request{method: "GET", path: "/v1/tasks?status=FAILED"}, 200, false},
 		{request{method: "GET", path: "/v1/events"}, 200, false},
 		{request{method: "GET", path: "/v1/instances"}, 200, false},
 	}

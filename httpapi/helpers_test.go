@@ -237,6 +237,7 @@ type call struct {
 	Spec       plan.Spec
 	ListFilter plan.ListFilter
 	TaskFilter plan.TaskFilter
+	TaskQuery  facade.TaskQuery
 	Resume     facade.ResumeOptions
 	Retry      facade.RetryRequest
 	PlanRetry  facade.PlanRetryRequest
@@ -319,6 +320,11 @@ func (f *fakeService) Plans(_ context.Context, lf plan.ListFilter) ([]facade.Pla
 func (f *fakeService) PlanTasks(_ context.Context, id string, tf plan.TaskFilter) ([]facade.TaskView, string, error) {
 	f.record(call{Method: "PlanTasks", ID: id, TaskFilter: tf})
 	return f.TasksV, f.Next, f.Err
+}
+
+func (f *fakeService) SearchTasks(_ context.Context, q facade.TaskQuery) (facade.TaskPage, error) {
+	f.record(call{Method: "SearchTasks", TaskQuery: q})
+	return facade.TaskPage{Tasks: f.TasksV, NextCursor: f.Next}, f.Err
 }
 
 func (f *fakeService) TaskByTenant(ctx context.Context, id string) (facade.TaskView, error) {

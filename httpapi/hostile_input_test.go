@@ -1156,7 +1156,59 @@ func (f *hxFixture) hxQueryCases() []hxCase {
 	}
 	for _, o := range []string{"yes", "1", "TRUE", "", "true%00"} {
 		add("PlanTasks/Orphaned/"+o, "GET", pp+"/tasks?orphaned="+o)
+		add("SearchTasks/Orphaned/"+o, "GET", "/v1/tasks?orphaned="+o)
 	}
+	// GET /v1/tasks: the cross-plan search.
+	for _, l := range badLimits {
+		add("SearchTasks/Limit/"+l.name, "GET", "/v1/tasks?limit="+l.raw)
+	}
+	add("SearchTasks/Limit/Over", "GET", fmt.Sprintf("/v1/tasks?limit=%d", plan.LimitMax+1))
+	for _, c := range badCursors {
+		add("SearchTasks/Cursor/"+c.name, "GET", "/v1/tasks?cursor="+c.raw)
+	}
+	for _, c := range []struct{ name, raw string }{
+		{"Word", "abc"}, {"NoTaskID", "1764034352123456~"}, {"BadTaskID", "1~task-x"}, {"PlanCursor", "1%3Aplan-01JDQZV5X8M7R2K9C3B4N6P0QS"},
+		{"Negative", "-1~task-01JDQZV5X8M7R2K9C3B4N6P0QS"}, {"HugeScore", "99999999999999999999~task-01JDQZV5X8M7R2K9C3B4N6P0QS"},
+		{"LeadingZero", "01~task-01JDQZV5X8M7R2K9C3B4N6P0QS"}, {"Extra", "1~task-01JDQZV5X8M7R2K9C3B4N6P0QS~t-1"},
+		{"Float", "1.5~task-01JDQZV5X8M7R2K9C3B4N6P0QS"},
+	} {
+		add("SearchTasks/ForgedCursor/"+c.name, "GET", "/v1/tasks?cursor="+c.raw)
+	}
+	for _, s := range []struct{ name, raw string }{
+		{"Lowercase", "failed"}, {"Unknown", "BOGUS"}, {"PlanStatus", "CREATED"}, {"Empty", ""}, {"Newline", "FAILED%0A"},
+		{"Glob", "FAIL*"}, {"Braces", "%7BFAILED%7D"}, {"Colon", "FAILED%3ARUNNING"}, {"TrailingComma", "FAILED,"},
+		{"Twice", "FAILED,FAILED"}, {"Space", "FAILED,%20RUNNING"}, {"TooMany", strings.Repeat("FAILED,", 7) + "FAILED"},
+		{"Long", strings.Repeat("F", 300)},
+	} {
+		add("SearchTasks/Status/"+s.name, "GET", "/v1/tasks?status="+s.raw)
+	}
+	for _, d := range []struct{ name, raw string }{
+		{"Empty", ""}, {"NoUnit", "10"}, {"Negative", "-10m"}, {"Zero", "0s"}, {"Word", "ten"}, {"Huge", "999999h"},
+		{"OverMax", "25h"}, {"NUL", "10m%00"}, {"Glob", "10m*"}, {"Braces", "%7B10m%7D"}, {"Long", strings.Repeat("1", 40) + "ns"},
+		{"Overflow", "9999999999999999999h"},
+	} {
+		add("SearchTasks/RunningLongerThan/"+d.name, "GET", "/v1/tasks?runningLongerThan="+d.raw)
+	}
+	for _, st := range []struct{ name, raw string }{
+		{"Empty", ""}, {"Space", "a%20b"}, {"Braces", "%7Bx%7D"}, {"Colon", "a%3Ab"}, {"Glob", "a*"}, {"Newline", "a%0A"},
+		{"Escape", "%1B%5B31m"}, {"Long", strings.Repeat("s", 65)}, {"Unicode", "%C3%A9"},
+	} {
+		add("SearchTasks/Stage/"+st.name, "GET", "/v1/tasks?stage="+st.raw)
+	}
+	for _, id := range []struct{ name, raw string }{
+		{"Empty", ""}, {"Word", "abc"}, {"Braces", "plan-%7Bx%7D"}, {"Glob", "plan-*"}, {"Colon", "plan%3A1"},
+		{"TaskID", "task-01JDQZV5X8M7R2K9C3B4N6P0QS"}, {"Lowercase", "plan-01jdqzv5x8m7r2k9c3b4n6p0qs"}, {"NUL", "plan-01JDQZV5X8M7R2K9C3B4N6P0QS%00"},
+	} {
+		add("SearchTasks/PlanID/"+id.name, "GET", "/v1/tasks?planId="+id.raw)
+	}
+	for _, t := range []struct{ name, raw string }{
+		{"Empty", ""}, {"Date", "2026-11-25"}, {"Unix", "1764034352"}, {"NoZone", "2026-11-25T01:00:00"}, {"Word", "yesterday"},
+		{"Long", strings.Repeat("2", 70)}, {"NUL", "2026-11-25T01:00:00Z%00"},
+	} {
+		add("SearchTasks/Since/"+t.name, "GET", "/v1/tasks?since="+t.raw)
+	}
+	add("SearchTasks/Unknown", "GET", "/v1/tasks?tenant=t-1")
+	add("SearchTasks/Repeated", "GET", "/v1/tasks?status=FAILED&status=RUNNING")
 	// Events.
 	for _, a := range []struct{ name, raw string }{
 		{"Word", "abc"}, {"NoSeq", "1-"}, {"Negative", "-1"}, {"ThreeParts", "1-2-3"}, {"Newline", "%0A"}, {"Braces", "%7B%7D"},

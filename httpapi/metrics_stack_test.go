@@ -80,7 +80,7 @@ func newMetricsStack(t *testing.T, b redistest.Backend) *metricsStack {
 	if b.Mini != nil {
 		s.mini = b.Mini(t)
 	}
-	rec.Watch(metrics.State{Plans: s.coord, Degraded: s.store.Degraded})
+	rec.Watch(metrics.State{Plans: s.coord, Degraded: s.store.Degraded, LongStages: s.coord.LongStages})
 	return &metricsStack{stack: s, rec: rec}
 }
 

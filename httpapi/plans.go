@@ -43,6 +43,9 @@ type PlanService interface {
 	// PlanTasks lists a plan's tasks. Returns ErrInvalid, ErrNotFound,
 	// ErrUnavailable.
 	PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) ([]facade.TaskView, string, error)
+	// SearchTasks returns the tasks a query selects across plans, newest
+	// first (GET /v1/tasks). Returns ErrInvalid, ErrUnavailable.
+	SearchTasks(ctx context.Context, q facade.TaskQuery) (facade.TaskPage, error)
 	// RetryPlan retries the plan's tasks a selection picks, each as Retry
 	// would; a task it does not retry is listed with the reason. Returns
 	// ErrInvalid, ErrNotFound, ErrShuttingDown, ErrUnavailable.

@@ -312,6 +312,7 @@ func (a *api) routes() *chi.Mux {
 			r.Delete("/v1/tenants/{tenantId}/lock", a.releaseLock)
 		})
 
+		r.Get("/v1/tasks", a.searchTasks)
 		r.With(validTask).Get("/v1/tasks/{taskId}", a.getTask)
 
 		r.Get("/v1/events", a.events)

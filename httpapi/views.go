@@ -65,24 +65,26 @@ type Task struct {
 	Status   task.Status `json:"status"`
 	// Orphaned is true when the task is RUNNING but its owner stopped
 	// heartbeating for longer than the lock lease.
-	Orphaned          bool           `json:"orphaned"`
-	PauseRequested    bool           `json:"pauseRequested"`
-	CancelRequested   bool           `json:"cancelRequested"`
-	Attempt           int            `json:"attempt"`
-	CurrentStageIndex int            `json:"currentStageIndex"`
-	CurrentStage      string         `json:"currentStage"`
-	TotalStages       int            `json:"totalStages"`
-	LastError         string         `json:"lastError"`
-	Reason            string         `json:"reason"`
-	Owner             string         `json:"owner"`
-	HeartbeatAt       *time.Time     `json:"heartbeatAt"`
-	Fence             int64          `json:"fence"`
-	Params            map[string]any `json:"params,omitempty"`
-	CreatedAt         *time.Time     `json:"createdAt"`
-	StartedAt         *time.Time     `json:"startedAt"`
-	FinishedAt        *time.Time     `json:"finishedAt"`
-	UpdatedAt         *time.Time     `json:"updatedAt"`
-	Degraded          bool           `json:"degraded"`
+	Orphaned          bool   `json:"orphaned"`
+	PauseRequested    bool   `json:"pauseRequested"`
+	CancelRequested   bool   `json:"cancelRequested"`
+	Attempt           int    `json:"attempt"`
+	CurrentStageIndex int    `json:"currentStageIndex"`
+	CurrentStage      string `json:"currentStage"`
+	TotalStages       int    `json:"totalStages"`
+	// StageStartedAt is when the current stage started (null when no stage runs).
+	StageStartedAt *time.Time     `json:"stageStartedAt"`
+	LastError      string         `json:"lastError"`
+	Reason         string         `json:"reason"`
+	Owner          string         `json:"owner"`
+	HeartbeatAt    *time.Time     `json:"heartbeatAt"`
+	Fence          int64          `json:"fence"`
+	Params         map[string]any `json:"params,omitempty"`
+	CreatedAt      *time.Time     `json:"createdAt"`
+	StartedAt      *time.Time     `json:"startedAt"`
+	FinishedAt     *time.Time     `json:"finishedAt"`
+	UpdatedAt      *time.Time     `json:"updatedAt"`
+	Degraded       bool           `json:"degraded"`
 }
 
 // TaskDetail is one task with a summary of its checkpoint (null if none).
@@ -235,7 +237,8 @@ func taskJSON(v facade.TaskView) Task {
 		TaskID: t.ID, TenantID: t.TenantID, PlanID: t.PlanID, Status: t.Status,
 		Orphaned: v.Orphaned, PauseRequested: t.PauseRequested, CancelRequested: t.CancelRequested,
 		Attempt: t.Attempt, CurrentStageIndex: t.StageIndex, CurrentStage: t.StageName, TotalStages: t.TotalStages,
-		LastError: t.LastError, Reason: t.Reason, Owner: t.Owner, HeartbeatAt: timeOrNull(t.HeartbeatAt),
+		StageStartedAt: timeOrNull(t.StageStartedAt),
+		LastError:      t.LastError, Reason: t.Reason, Owner: t.Owner, HeartbeatAt: timeOrNull(t.HeartbeatAt),
 		Fence: t.Fence, Params: t.Params,
 		CreatedAt: timeOrNull(t.CreatedAt), StartedAt: timeOrNull(t.StartedAt),
 		FinishedAt: timeOrNull(t.FinishedAt), UpdatedAt: timeOrNull(t.UpdatedAt),

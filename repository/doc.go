@@ -154,7 +154,9 @@
 // # Round trips
 //
 //	WriteTask, no status change          1   write_task.lua (shared with concurrent writes)
-//	WriteTask, status change or takeover 1   pipeline: write_task + move_plan_counts (+2 when a refused
+//	WriteTask, status change or takeover 1   pipeline: write_task + move_plan_counts (which also moves
+//	                                          the task between the plan's status indexes) + ZADD GT of
+//	                                          the plan in {p}plans:status:<S> (+2 when a refused
 //	                                          write's counts update applied: read + correction; +1 when
 //	                                          the task's fixed fields changed)
 //	CreatePlan                           1 + ceil(tasks/Config.Batch)  (1 000 tasks at 500: 3)
@@ -171,7 +173,13 @@
 //	Plans (a page)                       2   ZREVRANGEBYSCORE, then HGETALLs (more pages of
 //	                                          candidates with a status filter, up to ScanMax)
 //	PlanCounts (≤ 1 000 plans)           1   pipelined HMGET of each plan's counts hash
-//	RepairCounts                         2 + ceil(tasks/Batch)  (list + ledger, record batches, script;
+//	SearchTasks (a page)                 3   ZREVRANGE of the plans-by-status indexes asked for, then
+//	                                          search_plan_tasks.lua per plan (pipelined, 32 plans a
+//	                                          round trip, by upper bound), then HGETALLs; 2 with a plan
+//	                                          id; +2 a round when stage/Match drop entries (up to
+//	                                          ScanMax examined); +1 to prune emptied plans (search.go)
+//	RepairCounts                         4 + ceil(tasks/Batch)  (list + ledger, record batches, script,
+//	                                          reindex_plan.lua + ZADD GT of the plans-by-status indexes;
 //	                                          +1 a batch for tasks whose ledger lost the tenant)
 //	TasksByTenant (≤ 1 000 tenants)      1-2 pipelined GET index (+ HGETALL + GET of the hinted tasks),
 //	                                          then pipelined HGETALL + GET checkpoint of the others

@@ -306,7 +306,7 @@ func TestHandWrittenCodeKnowsEveryField(t *testing.T) {
 		reflect.TypeFor[checkpoint.Checkpoint](): {"LastCompletedStageIndex", "CompletedStages", "SkippedStages", "ContextData",
 			"SavedAt", "Attempt", "Fence"},
 		reflect.TypeFor[task.Task](): {"ID", "TenantID", "PlanID", "Status", "Params", "PauseRequested", "CancelRequested",
-			"Attempt", "StageIndex", "StageName", "TotalStages", "LastError", "Reason", "Owner", "HeartbeatAt", "Fence", "Seq",
+			"Attempt", "StageIndex", "StageName", "TotalStages", "StageStartedAt", "LastError", "Reason", "Owner", "HeartbeatAt", "Fence", "Seq",
 			"CreatedAt", "StartedAt", "FinishedAt", "UpdatedAt"},
 	}
 	for ty, want := range known {

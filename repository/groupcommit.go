@@ -219,7 +219,7 @@ type moveCall struct {
 }
 
 // moveCallArgs are the arguments of one move in a call of several: the
-// first move's 10, then 7 for each further move.
+// first move's 11, then 7 for each further move.
 const moveCallArgs = 7
 
 // sendNow sends the writes in one pipeline (pipe.exec: scripts Redis did
@@ -264,6 +264,7 @@ func (r *Redis) sendNow(ctx context.Context, reqs []*writeReq) {
 	}
 	for _, mc := range moves {
 		mc.cmd = pp.eval(ctx, movePlanCountsScript, mc.keys, mc.args...)
+		r.indexMoves(ctx, pp, mc)
 	}
 	for _, req := range reqs {
 		if req.ref != "" {

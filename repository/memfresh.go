@@ -87,7 +87,7 @@ func sameShape(a, b *task.Task) bool {
 		a.StageName == b.StageName && a.TotalStages == b.TotalStages && a.LastError == b.LastError &&
 		a.Reason == b.Reason && a.Owner == b.Owner && a.HeartbeatAt == b.HeartbeatAt && a.Fence == b.Fence &&
 		a.Seq == b.Seq && a.CreatedAt == b.CreatedAt && a.StartedAt == b.StartedAt &&
-		a.FinishedAt == b.FinishedAt && a.UpdatedAt == b.UpdatedAt
+		a.FinishedAt == b.FinishedAt && a.UpdatedAt == b.UpdatedAt && a.StageStartedAt == b.StageStartedAt
 }
 
 // find returns the position of the task with id still in the set, or -1.

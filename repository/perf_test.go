@@ -635,7 +635,7 @@ func TestMovePlanCountsSeveral(t *testing.T) {
 				tk := fx.tasks[m.task]
 				args = append(args, tk.ID, string(m.status), m.seq, m.fence, m.wid, m.owner, tk.TenantID)
 				if i == 0 {
-					args = append(args, formatTime(t0), 60000, plan.ReasonFailureThreshold)
+					args = append(args, formatTime(t0), 60000, plan.ReasonFailureThreshold, micros(t0))
 				}
 			}
 			v, err := e.redis.run(ctx, movePlanCountsScript, []string{pk.counts, pk.plan, pk.tasks}, args...)

@@ -14,28 +14,30 @@ import (
 
 // Field names of the task record (HASH {p}task:{tenantId}:<taskId>).
 const (
-	fID          = "id"
-	fTenantID    = "tenantId"
-	fPlanID      = "planId"
-	fStatus      = "status"
-	fParams      = "params"
-	fPause       = "pauseRequested"
-	fCancel      = "cancelRequested"
-	fAttempt     = "attempt"
-	fStageIndex  = "stageIndex"
-	fStageName   = "stageName"
-	fTotalStages = "totalStages"
-	fLastError   = "lastError"
-	fReason      = "reason"
-	fOwner       = "owner"
-	fHeartbeatAt = "heartbeatAt"
-	fFence       = "fence"
-	fSeq         = "seq"
-	fWriteID     = "writeId"
-	fCreatedAt   = "createdAt"
-	fStartedAt   = "startedAt"
-	fFinishedAt  = "finishedAt"
-	fUpdatedAt   = "updatedAt"
+	fID         = "id"
+	fTenantID   = "tenantId"
+	fPlanID     = "planId"
+	fStatus     = "status"
+	fParams     = "params"
+	fPause      = "pauseRequested"
+	fCancel     = "cancelRequested"
+	fAttempt    = "attempt"
+	fStageIndex = "stageIndex"
+	fStageName  = "stageName"
+	// fStageStartedAt is when the current stage started.
+	fStageStartedAt = "stageStartedAt"
+	fTotalStages    = "totalStages"
+	fLastError      = "lastError"
+	fReason         = "reason"
+	fOwner          = "owner"
+	fHeartbeatAt    = "heartbeatAt"
+	fFence          = "fence"
+	fSeq            = "seq"
+	fWriteID        = "writeId"
+	fCreatedAt      = "createdAt"
+	fStartedAt      = "startedAt"
+	fFinishedAt     = "finishedAt"
+	fUpdatedAt      = "updatedAt"
 )
 
 // Field names of the plan record (HASH {p}plan:{planId}) beyond the shared ones.
@@ -108,26 +110,26 @@ const (
 // taskWrite.vals.
 var mutableFields = [...]string{
 	fStatus, fAttempt, fStageIndex, fStageName, fLastError, fReason, fOwner,
-	fHeartbeatAt, fStartedAt, fFinishedAt, fUpdatedAt,
+	fHeartbeatAt, fStartedAt, fFinishedAt, fUpdatedAt, fStageStartedAt,
 }
 
 // mutableValues returns the values of mutableFields for t (the numbers and
 // times formatted into one allocation).
 func mutableValues(t *task.Task) [len(mutableFields)]string {
-	b := make([]byte, 0, 4*len(time.RFC3339Nano)+2*20)
-	var ends [6]int
+	b := make([]byte, 0, 5*len(time.RFC3339Nano)+2*20)
+	var ends [7]int
 	b = strconv.AppendInt(b, int64(t.Attempt), 10)
 	ends[0] = len(b)
 	b = strconv.AppendInt(b, int64(t.StageIndex), 10)
 	ends[1] = len(b)
-	for i, at := range [...]time.Time{t.HeartbeatAt, t.StartedAt, t.FinishedAt, t.UpdatedAt} {
+	for i, at := range [...]time.Time{t.HeartbeatAt, t.StartedAt, t.FinishedAt, t.UpdatedAt, t.StageStartedAt} {
 		b = appendTime(b, at)
 		ends[2+i] = len(b)
 	}
 	s := unsafe.String(unsafe.SliceData(b), len(b))
 	return [...]string{
 		string(t.Status), s[:ends[0]], s[ends[0]:ends[1]], t.StageName, t.LastError, t.Reason, t.Owner,
-		s[ends[1]:ends[2]], s[ends[2]:ends[3]], s[ends[3]:ends[4]], s[ends[4]:ends[5]],
+		s[ends[1]:ends[2]], s[ends[2]:ends[3]], s[ends[3]:ends[4]], s[ends[4]:ends[5]], s[ends[5]:ends[6]],
 	}
 }
 
@@ -294,6 +296,7 @@ func decodeTask(key string, m map[string]string) (*task.Task, error) {
 		Fence: r.int64(fFence), Seq: r.int64(fSeq),
 		CreatedAt: r.time(fCreatedAt), StartedAt: r.time(fStartedAt),
 		FinishedAt: r.time(fFinishedAt), UpdatedAt: r.time(fUpdatedAt),
+		StageStartedAt: r.time(fStageStartedAt),
 	}
 	r.json(fParams, &t.Params)
 	if !t.Status.Valid() {

@@ -220,12 +220,13 @@ func (r *Redis) createBatch(ctx context.Context, p *plan.Plan, tasks []*task.Tas
 	pp := r.pipeline()
 	var push *evalCmd
 	if end > start {
-		args := make([]any, 0, 2+2*(end-start))
-		args = append(args, start, ttl)
+		args := make([]any, 0, 3+2*(end-start))
+		args = append(args, start, ttl, micros(createdAt(p, now)))
 		for _, t := range tasks[start:end] {
 			args = append(args, t.ID, ledger{Status: task.StatusPending, TenantID: t.TenantID}.String())
 		}
-		push = pp.eval(ctx, pushPlanTasksScript, []string{pk.tasks, pk.counts}, args...)
+		pending, _ := r.keys.PlanStatusIndex(p.ID, task.StatusPending)
+		push = pp.eval(ctx, pushPlanTasksScript, []string{pk.tasks, pk.counts, pending}, args...)
 	}
 	for _, t := range tasks[start:end] {
 		k, _ := r.keys.taskKeys(t.TenantID, t.ID)
@@ -241,6 +242,9 @@ func (r *Redis) createBatch(ctx context.Context, p *plan.Plan, tasks []*task.Tas
 		pp.p.PExpire(ctx, k.history, r.cfg.TTL)
 	}
 	if end == len(tasks) {
+		if len(tasks) > 0 {
+			r.indexPlans(ctx, pp, p.ID, createdAt(p, now), task.StatusPending)
+		}
 		pp.p.ZAdd(ctx, r.keys.Plans(), redis.Z{Score: float64(scoreOf(p.CreatedAt, now)), Member: p.ID})
 		pp.p.ZRemRangeByScore(ctx, r.keys.Plans(), "-inf", "("+strconv.FormatInt(now.Add(-r.cfg.TTL).UnixMilli(), 10))
 	}
@@ -293,6 +297,7 @@ func (r *Redis) rollbackPlan(ctx context.Context, pk planKeys, planID string, ta
 	}
 	pp.p.Del(ctx, pk.plan, pk.tasks, pk.counts)
 	pp.p.ZRem(ctx, r.keys.Plans(), planID)
+	r.dropSearchIndexes(ctx, pp, planID)
 	for _, k := range tasks {
 		// Two DELs: the record is in the tenant's slot, the taskref in the
 		// task id's, and a Redis Cluster refuses a DEL across slots
@@ -732,7 +737,8 @@ func (r *Redis) RepairCounts(ctx context.Context, planID string) (plan.Counts, e
 	for i, st := range task.Statuses {
 		counts[st] = int(replyInt(s[1+i]))
 	}
-	return counts, nil
+	// The status indexes of the search follow the repaired ledger.
+	return counts, r.reindexPlan(ctx, op, planID)
 }
 
 // recount fills entries with the ledger entries of one batch of task records.

@@ -118,9 +118,11 @@ func (r *Redis) writeEncoded(ctx context.Context, tw *taskWrite, writeID string)
 	var pk planKeys
 	if tw.moving {
 		pk, _ = r.keys.planKeys(t.PlanID)
-		req.mKeys = []string{pk.counts, pk.plan, pk.tasks}
+		sk := r.keys.statusKeys(t.PlanID)
+		req.mKeys = []string{pk.counts, pk.plan, pk.tasks, sk[0], sk[1], sk[2], sk[3], sk[4], sk[5]}
+		now := r.now()
 		req.mArgs = []any{t.ID, string(t.Status), &tw.newSeq, &tw.fence, writeID, t.Owner, t.TenantID,
-			formatTime(r.now()), &tw.ttl, plan.ReasonFailureThreshold}
+			formatTime(now), &tw.ttl, plan.ReasonFailureThreshold, micros(now)}
 		if t.CreatedAt.IsZero() || r.now().Sub(t.CreatedAt) > ttlMargin(r.cfg.TTL) {
 			// The taskref follows the record's TTL, given again when it is
 			// older than the margin the scripts apply (see write_task.lua).
@@ -151,7 +153,7 @@ func (r *Redis) writeEncoded(ctx context.Context, tw *taskWrite, writeID string)
 	if replyInt(v[0]) != 1 {
 		refused := refusal(t.ID, v)
 		if req.mKeys != nil && req.mvErr == nil && len(req.mv) > 1 && replyInt(req.mv[1]) == 1 {
-			if err := r.correctCounts(ctx, tk, pk, t.ID, writeID); err != nil {
+			if err := r.correctCounts(ctx, tk, pk, t.PlanID, t.ID, writeID); err != nil {
 				return task.WriteResult{}, errors.Join(refused, err)
 			}
 		}
@@ -181,7 +183,7 @@ func ttlMargin(ttl time.Duration) time.Duration {
 // correctCounts undoes the counts update of a refused write: it reads the
 // task record as stored now and sets the ledger entry to it if the entry
 // still carries writeID (see correct_plan_counts.lua).
-func (r *Redis) correctCounts(ctx context.Context, tk taskKeys, pk planKeys, taskID, writeID string) error {
+func (r *Redis) correctCounts(ctx context.Context, tk taskKeys, pk planKeys, planID, taskID, writeID string) error {
 	op := "correct plan counts for task " + taskID
 	v, err := r.c.HMGet(ctx, tk.task, fStatus, fSeq, fFence, fOwner).Result()
 	if err != nil {
@@ -191,9 +193,19 @@ func (r *Redis) correctCounts(ctx context.Context, tk taskKeys, pk planKeys, tas
 	if !status.Valid() {
 		status = ""
 	}
-	_, err = r.run(ctx, correctPlanCountsScript, []string{pk.counts, pk.plan, pk.tasks},
+	sk := r.keys.statusKeys(planID)
+	now := r.now()
+	pp := r.pipeline()
+	fix := pp.eval(ctx, correctPlanCountsScript, []string{pk.counts, pk.plan, pk.tasks, sk[0], sk[1], sk[2], sk[3], sk[4], sk[5]},
 		taskID, writeID, string(status), replyInt(v[1]), replyInt(v[2]), replyStr(v[3]),
-		formatTime(r.now()), plan.ReasonFailureThreshold)
+		formatTime(now), plan.ReasonFailureThreshold, micros(now), r.ttlMs())
+	if status != "" {
+		r.indexPlans(ctx, pp, planID, now, status)
+	}
+	err = pp.exec(ctx)
+	if err == nil {
+		err = fix.cmd.Err()
+	}
 	return wrapErr(ctx, op, err)
 }
 

@@ -38,12 +38,14 @@ func TestRedisKeysAndTTLs(t *testing.T) {
 				p + "taskref:{" + t0id + "}", p + "index:tenant:{t-00000}", p + "index:tenant:{t-00000}:history",
 				p + "task:{t-00001}:" + t1id, p + "taskref:{" + t1id + "}", p + "index:tenant:{t-00001}",
 				p + "index:tenant:{t-00001}:history",
+				// The search indexes of the plan: one task PENDING, one RUNNING.
+				p + "plan:{" + pid + "}:status:PENDING", p + "plan:{" + pid + "}:status:RUNNING",
 			}
 			lease := p + "lock:tenant:{t-00000}"
-			noTTL := p + "plans"
+			noTTL := []string{p + "plans", p + "plans:status:PENDING", p + "plans:status:RUNNING"}
 			keys := keysUnder(t, e)
-			if len(keys) != len(withTTL)+2 {
-				t.Errorf("keys under the prefix: %q, want %d", keys, len(withTTL)+2)
+			if len(keys) != len(withTTL)+1+len(noTTL) {
+				t.Errorf("keys under the prefix: %q, want %d", keys, len(withTTL)+1+len(noTTL))
 			}
 			ctx := ctxT(t)
 			for _, k := range withTTL {
@@ -55,8 +57,10 @@ func TestRedisKeysAndTTLs(t *testing.T) {
 					t.Errorf("TTL of %s = %s, want about %s", k, d, ttl)
 				}
 			}
-			if d := c.PTTL(ctx, noTTL).Val(); d != -1 {
-				t.Errorf("TTL of %s = %s, want none", noTTL, d)
+			for _, k := range noTTL {
+				if d := c.PTTL(ctx, k).Val(); d != -1 {
+					t.Errorf("TTL of %s = %s, want none", k, d)
+				}
 			}
 			if d := c.PTTL(ctx, lease).Val(); d <= 0 || d > time.Minute {
 				t.Errorf("TTL of the lock %s = %s, want the lease", lease, d)
@@ -230,7 +234,7 @@ func TestRedisZombieLedgerFirst(t *testing.T) {
 		//    update lands first.
 		const zombieWrite = "zombie-write"
 		v, err := e.redis.run(ctx, movePlanCountsScript, []string{pk.counts, pk.plan, pk.tasks},
-			tk.ID, "RUNNING", 1, 5, zombieWrite, "coord-z", tk.TenantID, formatTime(t0), 60000, plan.ReasonFailureThreshold)
+			tk.ID, "RUNNING", 1, 5, zombieWrite, "coord-z", tk.TenantID, formatTime(t0), 60000, plan.ReasonFailureThreshold, micros(t0))
 		if err != nil || replyInt(v.([]any)[1]) != 1 {
 			t.Fatalf("zombie counts update: %v, %v", v, err)
 		}
@@ -254,7 +258,7 @@ func TestRedisZombieLedgerFirst(t *testing.T) {
 		if err != nil || replyInt(v.([]any)[0]) != 0 {
 			t.Fatalf("zombie record write: %v, %v; want a refusal", v, err)
 		}
-		if err := e.redis.correctCounts(ctx, tkk, pk, tk.ID, zombieWrite); err != nil {
+		if err := e.redis.correctCounts(ctx, tkk, pk, tk.PlanID, tk.ID, zombieWrite); err != nil {
 			t.Fatal(err)
 		}
 		counts = checkCounts(t, e, fx.plan.ID)
@@ -268,7 +272,7 @@ func TestRedisZombieLedgerFirst(t *testing.T) {
 			t.Fatalf("owner counter RUNNING@coord-z = %q, want gone", n)
 		}
 		// A second correction finds nothing to do.
-		if err := e.redis.correctCounts(ctx, tkk, pk, tk.ID, zombieWrite); err != nil {
+		if err := e.redis.correctCounts(ctx, tkk, pk, tk.PlanID, tk.ID, zombieWrite); err != nil {
 			t.Fatal(err)
 		}
 		checkCounts(t, e, fx.plan.ID)

@@ -81,6 +81,7 @@ var (
 		writeTaskScript, movePlanCountsScript, correctPlanCountsScript, repairPlanCountsScript,
 		requestTaskScript, beatTaskScript, updatePlanScript, createPlanScript, pushPlanTasksScript,
 		listPlanTasksScript, restoreIndexScript, claimIdempotencyScript, finishIdempotencyScript,
+		searchPlanTasksScript, searchPruneScript, reindexPlanScript,
 	}
 )
 

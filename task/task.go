@@ -119,6 +119,10 @@ type Task struct {
 	StageIndex  int
 	StageName   string
 	TotalStages int
+	// StageStartedAt is when the stage being run started (zero before the
+	// first stage and after the last): a stage on a live instance running
+	// for long is hung, not orphaned. Retries of a stage keep it.
+	StageStartedAt time.Time
 	// LastError says why the task failed; Reason why it paused or was cancelled.
 	LastError string
 	Reason    string
@@ -181,6 +185,7 @@ func (t *Task) Start(now time.Time, owner string, fence int64) error {
 	}
 	t.run(now, owner, fence)
 	t.StartedAt = now.UTC()
+	t.StageStartedAt = now.UTC()
 	return nil
 }
 
@@ -215,6 +220,7 @@ func (t *Task) Rerun(now time.Time, owner string, fence int64, from int, name st
 	}
 	t.run(now, owner, fence)
 	t.StageIndex, t.StageName = from, name
+	t.StageStartedAt = now.UTC()
 	t.LastError, t.Reason = "", ""
 	t.FinishedAt = time.Time{}
 	if t.StartedAt.IsZero() {
@@ -233,6 +239,7 @@ func (t *Task) run(now time.Time, owner string, fence int64) {
 // EnterStage records that stage index (named name) is the one being run.
 func (t *Task) EnterStage(index int, name string, now time.Time) {
 	t.StageIndex, t.StageName = index, name
+	t.StageStartedAt = now.UTC()
 	t.UpdatedAt = now.UTC()
 	t.HeartbeatAt = now.UTC()
 }
@@ -243,6 +250,7 @@ func (t *Task) Complete(now time.Time) error {
 		return err
 	}
 	t.StageIndex, t.StageName = t.TotalStages, ""
+	t.StageStartedAt = time.Time{}
 	t.LastError, t.Reason = "", ""
 	t.FinishedAt = now.UTC()
 	return nil

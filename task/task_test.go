@@ -141,6 +141,7 @@ func ops() []op {
 			w.Owner, w.Fence, w.HeartbeatAt = "node-b", 9, u
 			w.PauseRequested, w.CancelRequested = false, false
 			w.StageIndex, w.StageName = 2, "verify"
+			w.StageStartedAt = u
 			w.LastError, w.Reason = "", ""
 			w.FinishedAt = time.Time{}
 			w.UpdatedAt = u
@@ -162,6 +163,7 @@ func ops() []op {
 				w.Owner, w.Fence, w.HeartbeatAt = "node-b", 9, u
 				w.PauseRequested, w.CancelRequested = false, false
 				w.StartedAt, w.UpdatedAt = u, u
+				w.StageStartedAt = u
 			},
 		},
 		{
@@ -214,6 +216,7 @@ func ops() []op {
 			apply: func(w *task.Task, _ task.Status) {
 				w.Status = task.StatusCompleted
 				w.StageIndex, w.StageName = 3, ""
+				w.StageStartedAt = time.Time{}
 				w.LastError, w.Reason = "", ""
 				w.FinishedAt, w.UpdatedAt = u, u
 			},
@@ -484,6 +487,7 @@ func TestEnterStage(t *testing.T) {
 	tk.EnterStage(2, "verify", now)
 	want.StageIndex, want.StageName = 2, "verify"
 	want.UpdatedAt, want.HeartbeatAt = now.UTC(), now.UTC()
+	want.StageStartedAt = now.UTC()
 	if !reflect.DeepEqual(tk, want) {
 		t.Errorf("EnterStage:\n got %+v\nwant %+v", tk, want)
 	}

@@ -57,6 +57,7 @@ func (a *app) planRetry(ctx context.Context, fs *flag.FlagSet, args []string) er
 	fs.Var(&statuses, "status", "select tasks in this status: "+joinStatuses(retryStatuses)+" (repeat for several)")
 	orphaned := fs.Bool("orphaned", false, "also select RUNNING tasks whose owner instance is gone")
 	fs.Var(&tenants, "tenant", "only this tenant of the selection (repeat, or comma-separate, for several)")
+	file := fs.String("tenants-file", "", "only the tenants listed in this file, one a line (# comments; - reads stdin, which then needs --yes or --dry-run)")
 	fromStage := fs.String("from-stage", "", "re-run every selected task from this stage (default: from its checkpoint)")
 	fromStart := fs.Bool("from-start", false, "start every selected task over from the first stage, checkpoint reset")
 	reason := fs.String("reason", "", "why (required; recorded in each task's timeline and the audit trail)")
@@ -87,9 +88,6 @@ func (a *app) planRetry(ctx context.Context, fs *flag.FlagSet, args []string) er
 	if len(body.Statuses) == 0 && !body.Orphaned {
 		return usagef("select what to retry: --status FAILED (and/or PAUSED, CANCELLED) and/or --orphaned")
 	}
-	if len(tenants) > facade.MaxBulkTenants {
-		return usagef("at most %d --tenant ids, got %d", facade.MaxBulkTenants, len(tenants))
-	}
 	seen := make(map[string]bool, len(tenants))
 	for _, tn := range tenants {
 		if err := checkTenant(tn); err != nil {
@@ -99,6 +97,28 @@ func (a *app) planRetry(ctx context.Context, fs *flag.FlagSet, args []string) er
 			return usagef("--tenant %s is given twice", tn)
 		}
 		seen[tn] = true
+	}
+	if *file != "" {
+		if *file == "-" && !*yes && !*dryRun {
+			return usagef("--tenants-file - reads stdin, which leaves no terminal to confirm on: add --yes (or --dry-run)")
+		}
+		data, err := a.readFile(*file)
+		if err != nil {
+			return err
+		}
+		ids, err := tenantIDs(*file, data)
+		if err != nil {
+			return err
+		}
+		for _, tn := range ids {
+			if !seen[tn] {
+				seen[tn] = true
+				tenants = append(tenants, tn)
+			}
+		}
+	}
+	if len(tenants) > facade.MaxBulkTenants {
+		return usagef("at most %d tenants (--tenant, --tenants-file), got %d", facade.MaxBulkTenants, len(tenants))
 	}
 	if len(tenants) > 0 {
 		body.Tenants = tenants

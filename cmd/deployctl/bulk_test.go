@@ -138,6 +138,20 @@ func TestPlanRetry(t *testing.T) {
 	must(t, r, 0, "stdout", "will retry 1 tenant(s) of plan "+id+" (1 selected): t-r1;",
 		"not selected (not in the plan, or not in the statuses asked): t-rok, t-nope")
 
+	f := writeFile(t, "tenants.txt", "t-r2  # the second\n\nt-r1\nt-r2\n")
+	r = s.cli(t, "plan", "retry", id, "--status", "FAILED", "--tenants-file", f, "--tenant", "t-r2", "--reason", reason, "--dry-run")
+	must(t, r, 0, "stdout", "will retry 2 tenant(s) of plan "+id+" (2 selected): t-r1, t-r2;")
+	if reqs := s.requests("POST", path); !strings.Contains(reqs[len(reqs)-1].body, `"tenants":["t-r2","t-r1"]`) {
+		t.Fatalf("--tenant and --tenants-file sent %s", reqs[len(reqs)-1].body)
+	}
+	before = sent()
+	must(t, s.cliIn(t, "t-r1\n", "plan", "retry", id, "--status", "FAILED", "--tenants-file", "-", "--reason", reason), 2, "stderr", "add --yes")
+	must(t, s.cli(t, "plan", "retry", id, "--status", "FAILED", "--tenants-file", writeFile(t, "bad.txt", "t-r1\nt-{x}\n"), "--reason", reason, "--dry-run"),
+		2, "stderr", "line 2")
+	if sent() != before {
+		t.Fatalf("refused invocations sent requests")
+	}
+
 	// On a terminal: the dry run is shown and "n" changes nothing.
 	before = sent()
 	r = s.cliTyping(t, "n\n", "plan", "retry", id, "--status", "FAILED", "--reason", reason)

@@ -7,6 +7,7 @@
 //	deployctl status --tenant t-042
 //	deployctl retry --tenant t-042 --from-checkpoint --reason "INC-1234 config server fixed"
 //	deployctl events --follow --type task.failed
+//	deployctl tasks --status FAILED --orphaned --running-longer-than 10m
 //
 // deployctl -h lists every command; deployctl COMMAND -h shows a command's
 // flags and an example.

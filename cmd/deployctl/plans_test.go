@@ -297,6 +297,33 @@ func TestPlanListAndTasks(t *testing.T) {
 		one := s.cli(t, "plan", "tasks", done, "--limit", "1")
 		must(t, one, 0, "stderr", "more tasks")
 	})
+	t.Run("SearchAcrossPlans", func(t *testing.T) {
+		t.Parallel()
+		r := s.cli(t, "tasks", "--status", "FAILED", "--orphaned", "--running-longer-than", "10m")
+		must(t, r, 0, "stdout", "TENANT", "PLAN", "IN STAGE", "t-b1", failed, "HTTP 500")
+		if strings.Contains(r.stdout, "t-a1") || strings.Contains(r.stdout, "t-b2") {
+			t.Fatalf("a task that is not failed nor stuck is listed\n%s", r)
+		}
+		seen := s.requests("GET", "/v1/tasks")
+		if len(seen) == 0 {
+			t.Fatalf("requests %v", seen)
+		}
+		j := s.cli(t, "tasks", "--status", "COMPLETED,FAILED", "--plan", done, "-o", "json")
+		if l := decode(t, j.stdout)["tasks"].([]any); len(l) != 2 {
+			t.Fatalf("tasks of plan done -o json = %v", l)
+		}
+		all := s.cli(t, "tasks", "--status", "COMPLETED", "--status", "FAILED", "--limit", "1", "--all", "-o", "json")
+		if l := decode(t, all.stdout)["tasks"].([]any); len(l) != 4 {
+			t.Fatalf("tasks --all = %v", l)
+		}
+		one := s.cli(t, "tasks", "--status", "COMPLETED", "--limit", "1")
+		must(t, one, 0, "stderr", "more tasks: add --cursor ")
+		next := strings.TrimSuffix(strings.Fields(strings.TrimPrefix(one.stderr, "more tasks: add --cursor "))[0], ",")
+		two := s.cli(t, "tasks", "--status", "COMPLETED", "--limit", "1", "--cursor", next)
+		must(t, two, 0, "stdout", "t-")
+		stage := s.cli(t, "tasks", "--stage", "push", "--status", "FAILED", "--since", "1h")
+		must(t, stage, 0, "stdout", "t-b1")
+	})
 	t.Run("ErrUnknownPlan", func(t *testing.T) {
 		t.Parallel()
 		r := s.cli(t, "plan", "tasks", "plan-01JDQZV5X8M7R2K9C3B4N6P0QS")

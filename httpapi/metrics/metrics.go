@@ -72,6 +72,10 @@ type State struct {
 	Plans PlanReader
 	// Degraded feeds deploycoord_degraded (repository.Dual.Degraded).
 	Degraded func() bool
+	// LongStages feeds deploycoord_long_stages: the stages running on this
+	// instance for longer than half their timeout
+	// (facade.Coordinator.LongStages; no I/O).
+	LongStages func() int
 }
 
 // Recorder records deploycoord's metrics. It is safe for concurrent use;
@@ -91,6 +95,7 @@ type Recorder struct {
 	httpDuration    *prometheus.HistogramVec
 	degradedDesc    *prometheus.Desc
 	orphanedDesc    *prometheus.Desc
+	longStagesDesc  *prometheus.Desc
 	plansDesc       *prometheus.Desc
 	scrapeErrorDesc *prometheus.Desc
 
@@ -139,6 +144,8 @@ func New(reg prometheus.Registerer) *Recorder {
 			"1 while answers may come from memory because Redis is unreachable (or writes wait to be written back), else 0.", nil, nil),
 		orphanedDesc: prometheus.NewDesc(name("orphaned_tasks"),
 			"RUNNING tasks whose owner instance is gone, summed over the newest 100 RUNNING plans.", nil, nil),
+		longStagesDesc: prometheus.NewDesc(name("long_stages"),
+			"Stages running on this instance for longer than half their timeout (a hung target shows here before the timeout fails it; sum over instances).", nil, nil),
 		plansDesc: prometheus.NewDesc(name("plans"),
 			"Plans by status among the newest 1000 plans (older ones are not counted).", []string{"status"}, nil),
 		scrapeErrorDesc: prometheus.NewDesc(name("state_scrape_failed"),
@@ -230,6 +237,7 @@ type stateCollector struct{ m *Recorder }
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.m.degradedDesc
 	ch <- c.m.orphanedDesc
+	ch <- c.m.longStagesDesc
 	ch <- c.m.plansDesc
 	ch <- c.m.scrapeErrorDesc
 }
@@ -246,6 +254,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(m.degradedDesc, prometheus.GaugeValue, v)
+	}
+	if s.LongStages != nil {
+		ch <- prometheus.MustNewConstMetric(m.longStagesDesc, prometheus.GaugeValue, float64(s.LongStages()))
 	}
 	if s.Plans == nil {
 		return

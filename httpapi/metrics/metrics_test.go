@@ -189,7 +189,15 @@ func TestRecorderState(t *testing.T) {
 		src.list = []facade.PlanView{planView(0, plan.StatusRunning), planView(1, plan.StatusRunning),
 			planView(2, plan.StatusRunning), planView(3, plan.StatusRunning), planView(4, plan.StatusFailed)}
 		var degraded atomic.Bool
-		m.Watch(metrics.State{Plans: src, Degraded: degraded.Load})
+		var long atomic.Int64
+		m.Watch(metrics.State{Plans: src, Degraded: degraded.Load, LongStages: func() int { return int(long.Load()) }})
+		if got := must(t, reg, "deploycoord_long_stages"); got != 0 {
+			t.Errorf("long_stages = %v", got)
+		}
+		long.Store(3)
+		if got := must(t, reg, "deploycoord_long_stages"); got != 3 {
+			t.Errorf("long_stages = %v, want 3", got)
+		}
 		if got := must(t, reg, "deploycoord_degraded"); got != 0 {
 			t.Errorf("degraded = %v", got)
 		}
@@ -216,6 +224,9 @@ func TestRecorderState(t *testing.T) {
 		}
 		if got := must(t, reg, "deploycoord_state_scrape_failed"); got != 1 {
 			t.Errorf("state_scrape_failed = %v", got)
+		}
+		if _, ok := value(t, reg, "deploycoord_long_stages"); ok {
+			t.Error("long_stages reported without a source")
 		}
 	})
 	t.Run("BoundedOK", func(t *testing.T) {

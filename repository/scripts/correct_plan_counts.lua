@@ -10,6 +10,8 @@
 -- KEYS[1] -> {p}plan:{planId}:counts
 -- KEYS[2] -> {p}plan:{planId}
 -- KEYS[3] -> {p}plan:{planId}:tasks   (unused; same slot, kept for symmetry)
+-- KEYS[4..9] -> the plan's per-status task indexes (see move_plan_counts.lua):
+--               the task moves back to the index of its stored status
 -- ARGV[1] -> task id
 -- ARGV[2] -> write id of the refused write
 -- ARGV[3] -> stored status ("" when the task record is missing)
@@ -18,6 +20,8 @@
 -- ARGV[6] -> stored owner
 -- ARGV[7] -> now (RFC 3339)
 -- ARGV[8] -> reason of a pause by the failure threshold
+-- ARGV[9] -> now in Unix microseconds (the index score)
+-- ARGV[10] -> TTL in milliseconds (of an index the correction creates)
 -- Returns {plan status, 1 if the entry was corrected else 0}.
 
 local field = 't:' .. ARGV[1]
@@ -29,4 +33,5 @@ count_task(KEYS[1], e.status, e.owner, -1)
 count_task(KEYS[1], ARGV[3], ARGV[6], 1)
 redis.call('HSET', KEYS[1], field,
   format_ledger(ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), '', ARGV[6], e.tenant))
+index_task(status_sets(4), ARGV[1], e.status, ARGV[3], ARGV[9], ARGV[10])
 return {derive_plan(KEYS[1], KEYS[2], ARGV[7], ARGV[8], e.status, ARGV[3]), 1}

@@ -20,6 +20,14 @@
 --       moved the counts ('' and '' when no single task moved), and, when
 --       the status changes, writes status, reason, updatedAt and finishedAt
 --       as plan.Plan.Apply does; "" when the plan record is missing
+--   status_sets(first) -> {[status] = key} | nil
+--       the plan's per-status task indexes {p}plan:{planId}:status:<S>,
+--       passed as KEYS[first .. first+5] in the order PENDING, RUNNING,
+--       PAUSED, COMPLETED, FAILED, CANCELLED; nil when KEYS stops before
+--   index_task(sets, id, from, to, score, ttl)
+--       moves task id from the index of status from to the index of status
+--       to, where it gets score (Unix microseconds of the move); an index
+--       created by the move gets the TTL; sets nil does nothing
 --
 -- Keep derive_plan in step with plan.Derive: TestDeriveParity compares them.
 
@@ -86,4 +94,22 @@ local function derive_plan(counts_key, plan_key, now, threshold_reason, task_fro
     redis.call('HSET', plan_key, 'status', to, 'reason', reason, 'updatedAt', now, 'finishedAt', finished_at)
   end
   return to
+end
+
+local index_statuses = {'PENDING', 'RUNNING', 'PAUSED', 'COMPLETED', 'FAILED', 'CANCELLED'}
+
+local function status_sets(first)
+  if #KEYS < first + 5 then return nil end
+  local sets = {}
+  for i, st in ipairs(index_statuses) do sets[st] = KEYS[first + i - 1] end
+  return sets
+end
+
+local function index_task(sets, id, from, to, score, ttl)
+  if not sets then return end
+  if from ~= to and sets[from] then redis.call('ZREM', sets[from], id) end
+  local k = sets[to]
+  if not k then return end
+  redis.call('ZADD', k, score, id)
+  if redis.call('PTTL', k) < 0 then redis.call('PEXPIRE', k, ttl) end
 end

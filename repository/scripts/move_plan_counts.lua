@@ -24,9 +24,17 @@
 -- less than TTL - min(TTL/100, 30 s) left (as write_task.lua does for a
 -- task's keys).
 --
+-- An applied move also moves the task between the plan's per-status task
+-- indexes (KEYS[4..9], ZSETs scored by the Unix microseconds of the move,
+-- ARGV[11]): the cross-plan search reads them (search_plan_tasks.lua). A
+-- RUNNING -> RUNNING move (a takeover) scores the task again: the score of
+-- a RUNNING task is when its current run started.
+--
 -- KEYS[1] -> {p}plan:{planId}:counts
 -- KEYS[2] -> {p}plan:{planId}
 -- KEYS[3] -> {p}plan:{planId}:tasks   (TTL refreshed)
+-- KEYS[4..9] -> {p}plan:{planId}:status:<S> for S = PENDING, RUNNING,
+--               PAUSED, COMPLETED, FAILED, CANCELLED (TTL refreshed)
 -- ARGV[1] -> task id
 -- ARGV[2] -> new status
 -- ARGV[3] -> new seq (the expected seq + 1)
@@ -37,14 +45,16 @@
 -- ARGV[8] -> now (RFC 3339), for the plan's updatedAt/finishedAt
 -- ARGV[9] -> TTL in milliseconds
 -- ARGV[10] -> reason of a pause by the failure threshold
--- ARGV[11 ..] -> more moves, 7 arguments each as ARGV[1..7]
+-- ARGV[11] -> now in Unix microseconds: the index score of every move
+-- ARGV[12 ..] -> more moves, 7 arguments each as ARGV[1..7]
 -- Returns {plan status, 1 if the update applied else 0}, and as many more
 -- pairs as moves; plan status is "" when the plan record is missing (nothing
 -- is written then). A task without a ledger entry is not counted in this
 -- plan (RepairCounts restores entries): nothing moves.
 
 local p = redis.call('HMGET', KEYS[2], 'status', 'totalTasks', 'maxFailed')
-local moves = 1 + (#ARGV - 10) / 7
+local moves = 1 + (#ARGV - 11) / 7
+local sets, score = status_sets(4), ARGV[11]
 local out = {}
 if not p[1] then
   for i = 1, moves do out[#out + 1] = ''; out[#out + 1] = 0 end
@@ -72,6 +82,7 @@ local function move(base)
     count_owner(KEYS[1], owner, 1)
   end
   redis.call('HSET', KEYS[1], field, format_ledger(new, seq, fence, ARGV[base + 5], owner, tenant))
+  index_task(sets, id, old.status, new, score, ARGV[9])
   local active = new == 'PENDING' or new == 'RUNNING' or new == 'PAUSED'
   local finished = cur == 'COMPLETED' or cur == 'FAILED' or cur == 'CANCELLED'
   if not (active and count and count >= 1) or (finished and new == 'RUNNING' and old.status ~= 'PENDING') then
@@ -83,7 +94,7 @@ end
 local applied = false
 for i = 1, moves do
   local base = 0
-  if i > 1 then base = 10 + 7 * (i - 2) end
+  if i > 1 then base = 11 + 7 * (i - 2) end
   local status, ok = move(base)
   out[#out + 1] = status
   out[#out + 1] = ok
@@ -91,6 +102,6 @@ for i = 1, moves do
 end
 local ttl = tonumber(ARGV[9])
 if applied and redis.call('PTTL', KEYS[1]) < ttl - math.min(math.floor(ttl / 100), 30000) then
-  for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end
+  for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end
 end
 return out
