@@ -60,6 +60,10 @@ type taskRun struct {
 
 	events   []task.Event
 	released bool
+	// rolledBack is set when a write was refused because the stored task is
+	// PENDING again: its start was lost (a failover rolled the record back).
+	// A shared plan run queues the task again.
+	rolledBack bool
 
 	// mark is the stage being run and when it started, for LongStages
 	// (read by other goroutines: t belongs to the run's goroutine).
@@ -445,6 +449,7 @@ func (r *taskRun) commit(w task.Write) error {
 					continue
 				}
 			}
+			r.rolledBack = refused.Status == task.StatusPending && w.PrevStatus != task.StatusPending
 			r.c.obs.WriteRefused(refused.Reason)
 			r.log.Error().Err(err).Str("refusal", string(refused.Reason)).Msg("fenced write refused; task stopped on this instance")
 			// The timeline cannot take it (the write was refused): the feed does.

@@ -461,3 +461,36 @@ func TestPlanOrphanedCountsOwnLostTasks(t *testing.T) {
 		}
 	})
 }
+
+// TestSharedPlanFailureThreshold: tasks failing on either instance pause
+// the plan past its threshold, and then no instance starts a task.
+func TestSharedPlanFailureThreshold(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		other := b.second("coord-b")
+		ctx := context.Background()
+		ts := tenants(12)
+		for _, tn := range ts[:3] {
+			b.target.script(tn, "deploy", http.StatusInternalServerError)
+		}
+		s := spec([]task.StageSpec{b.httpStage("deploy", task.RetryPolicy{})}, ts...)
+		s.MaxConcurrency = 2
+		s.FailureThreshold = &plan.FailureThreshold{MaxFailed: 1}
+		v := b.create(s)
+		b.waitPlan(other, v.ID, plan.StatusPaused)
+		b.idle(b.coord)
+		b.idle(other)
+		pv, err := other.Plan(ctx, v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pv.Reason != plan.ReasonFailureThreshold || pv.Counts[task.StatusFailed] < 2 || pv.Counts[task.StatusPending] == 0 || pv.Counts[task.StatusRunning] != 0 {
+			t.Fatalf("plan %s %q %v", pv.Status, pv.Reason, pv.Counts)
+		}
+		pending := pv.Counts[task.StatusPending]
+		time.Sleep(4 * b.cfg.PlanPoll) // both instances poll past the pause
+		if pv, _ = b.coord.Plan(ctx, v.ID); pv.Counts[task.StatusPending] != pending {
+			t.Fatalf("a task started on a plan paused by its failure threshold: %v", pv.Counts)
+		}
+	})
+}

@@ -17,8 +17,12 @@
 //	{p}plan:{planId}:tasks                 LIST    task ids in plan order                  Config.TTL
 //	{p}plan:{planId}:counts                HASH    counts per status, RUNNING@<owner>,     Config.TTL
 //	                                               ledger t:<taskId>
+//	{p}plan:{planId}:queue                 LIST    shared work: <kind>|<tenantId>|<taskId>  Config.TTL
+//	{p}plan:{planId}:permits               ZSET    claimed entries by lease end ms          Config.TTL
+//	                                               (Redis clock; see queue.go)
 //	{p}plans                               ZSET    plan ids by creation ms                 none (pruned
 //	                                                                                       on create)
+//	{p}plans:active                        SET     plan ids whose work may be queued       none
 //	{p}task:{tenantId}:<taskId>            HASH    task record                             Config.TTL
 //	{p}task:{tenantId}:<taskId>:timeline   LIST    JSON task.Event, newest TimelineMax     Config.TTL
 //	{p}ckpt:{tenantId}:<taskId>            STRING  checkpoint JSON                         Config.TTL
