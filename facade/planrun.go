@@ -257,12 +257,15 @@ func (pr *planRun) take() (planItem, bool) {
 }
 
 // runItem runs one task to its end (or until it stops) in this goroutine.
-func (pr *planRun) runItem(it planItem) {
+// It reports whether the task could not be entered for want of Redis and
+// should be tried again (a shared run queues it again).
+func (pr *planRun) runItem(it planItem) (again bool) {
 	c := pr.c
 	switch it.mode {
 	case itemStart:
 		if c.startTask(pr, it.t) {
 			pr.leftBehind.Store(true)
+			return true
 		}
 	default:
 		mode := task.RetryResume
@@ -279,15 +282,16 @@ func (pr *planRun) runItem(it planItem) {
 				event: task.Event{Type: task.EventResumed, Reason: "plan resumed", Instance: c.cfg.Instance}}, pr)
 			if err == nil {
 				r.run(from)
-				return
+				return false
 			}
 			if it.mode == itemTakeover && errors.Is(err, ErrTaskRunning) && c.now().Before(giveUp) && !c.closing.Load() && c.sleep(c.cfg.LockWaitPoll) {
 				continue
 			}
 			pr.log.Warn().Err(err).Str("task_id", it.t.ID).Str("tenant_id", it.t.TenantID).Msg("could not resume task")
-			return
+			return IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded)
 		}
 	}
+	return false
 }
 
 // startTask takes the tenant lock for a PENDING task, marks it RUNNING and
@@ -347,7 +351,10 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) (again bool) {
 	}
 	c.obs.TaskStarted()
 	r.run(0)
-	return false
+	// A start that a failover rolled back leaves the task PENDING with its
+	// queue entry gone: start it again (a plan run of the owner mode finds
+	// it among the leftovers).
+	return r.rolledBack
 }
 
 // acquire takes the tenant lock for t under the plan's onTenantLocked

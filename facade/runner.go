@@ -60,6 +60,10 @@ type taskRun struct {
 
 	events   []task.Event
 	released bool
+	// rolledBack is set when a write was refused because the stored task is
+	// PENDING again: its start was lost (a failover rolled the record back).
+	// A shared plan run queues the task again.
+	rolledBack bool
 
 	// mark is the stage being run and when it started, for LongStages
 	// (read by other goroutines: t belongs to the run's goroutine).
@@ -335,14 +339,14 @@ func (r *taskRun) recover(err error) bool {
 // regain waits, with no stage running, until the lease is confirmed again:
 // the renewer gets through, or — once the lease lapsed — it is re-acquired
 // with the same value and fence if nobody took the tenant meanwhile
-// (DESIGN §5, Redis unreachable). It returns false when the tenant was taken
+// (docs/architecture.md, Redis unreachable). It returns false when the tenant was taken
 // or the instance stops.
 func (r *taskRun) regain() bool {
 	r.log.Warn().Err(r.lease.Err()).Time("deadline", r.lease.Deadline()).Msg("lease not confirmed; no stage starts until it is")
 	delay := 50 * time.Millisecond
 	for {
 		if r.c.closing.Load() || r.c.hardStop.Err() != nil {
-			r.leaseLost(errors.New("instance stopping while the lease is unconfirmed"))
+			r.leaseLost(errStopping)
 			return false
 		}
 		if r.lease.Check(r.margin()) == nil && context.Cause(r.ctx) == nil {
@@ -372,7 +376,7 @@ func (r *taskRun) leaseLost(err error) {
 	r.c.obs.LeaseLost()
 	r.released = true // nothing of ours left to release
 	r.log.Error().Err(err).Int("stage_index", r.t.StageIndex).Msg("lease lost; task stopped without writing")
-	r.c.publishTask(r.t, task.Event{At: r.c.now().UTC(), Type: task.EventLeaseLost, Reason: err.Error(), Instance: r.c.cfg.Instance, Fence: r.lease.Fence()})
+	r.c.publishTask(r.t, task.Event{At: r.c.now().UTC(), Type: task.EventLeaseLost, Reason: leaseLostReason(err), Instance: r.c.cfg.Instance, Fence: r.lease.Fence()})
 }
 
 // errStoreRefused marks a write the store refused: the task is no longer ours.
@@ -445,6 +449,7 @@ func (r *taskRun) commit(w task.Write) error {
 					continue
 				}
 			}
+			r.rolledBack = refused.Status == task.StatusPending && w.PrevStatus != task.StatusPending
 			r.c.obs.WriteRefused(refused.Reason)
 			r.log.Error().Err(err).Str("refusal", string(refused.Reason)).Msg("fenced write refused; task stopped on this instance")
 			// The timeline cannot take it (the write was refused): the feed does.

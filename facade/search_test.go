@@ -120,3 +120,57 @@ func TestSearchTasks(t *testing.T) {
 		}
 	})
 }
+
+// TestSearchTasksOrphanedUnion: a task RUNNING on an instance that died is
+// orphaned: found by orphaned, not by runningLongerThan (that is for live
+// instances), and with FAILED tasks by the union of both.
+func TestSearchTasksOrphanedUnion(t *testing.T) {
+	t.Parallel()
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be)
+		ctx := context.Background()
+		b.target.script("o-bad", "push", 500)
+		failed := b.create(spec([]task.StageSpec{b.httpStage("push", task.RetryPolicy{})}, "o-bad"))
+		b.waitPlan(b.coord, failed.ID, plan.StatusFailed)
+		s := spec([]task.StageSpec{noopStage("prepare")}, "o-dead")
+		no := false
+		s.Start = &no
+		held := b.create(s)
+		// The task as an instance that died mid-stage left it: RUNNING, its
+		// owner gone, its heartbeat long past.
+		ts, _, err := b.store.PlanTasks(ctx, held.ID, plan.TaskFilter{})
+		if err != nil || len(ts) != 1 {
+			t.Fatalf("tasks of the held plan: %v, %v", ts, err)
+		}
+		tk := ts[0]
+		long := time.Now().Add(-time.Hour)
+		if err := tk.Start(long, "coord-dead", 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.store.WriteTask(ctx, task.Write{Task: tk, PrevStatus: task.StatusPending, ExpectSeq: tk.Seq, Guard: task.Guard{Fence: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		search := func(q facade.TaskQuery) map[string]bool {
+			t.Helper()
+			page, err := b.coord.SearchTasks(ctx, q)
+			if err != nil {
+				t.Fatalf("SearchTasks(%+v): %v", q, err)
+			}
+			out := map[string]bool{}
+			for _, v := range page.Tasks {
+				out[v.TenantID] = v.Orphaned
+			}
+			return out
+		}
+		if got := search(facade.TaskQuery{Orphaned: true}); len(got) != 1 || !got["o-dead"] {
+			t.Errorf("orphaned = %v, want o-dead (orphaned)", got)
+		}
+		if got := search(facade.TaskQuery{RunningLongerThan: time.Minute}); len(got) != 0 {
+			t.Errorf("running > 1m = %v: an orphaned task is not a hung stage", got)
+		}
+		got := search(facade.TaskQuery{Statuses: []task.Status{task.StatusFailed}, Orphaned: true, RunningLongerThan: time.Minute})
+		if _, ok := got["o-bad"]; len(got) != 2 || !got["o-dead"] || !ok {
+			t.Errorf("failed or stuck = %v, want o-bad and o-dead", got)
+		}
+	})
+}

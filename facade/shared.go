@@ -260,9 +260,9 @@ func (pr *planRun) runClaimed(e plan.QueueEntry) (again bool) {
 	case e.Kind == plan.QueueStart && t.Status == task.StatusPending:
 		return pr.c.startTask(pr, t)
 	case e.Kind == plan.QueueResume && t.Status == task.StatusPaused:
-		pr.runItem(planItem{t: t, mode: itemResume})
+		return pr.runItem(planItem{t: t, mode: itemResume})
 	case e.Kind == plan.QueueTakeover && t.Status == task.StatusRunning && c.orphaned(t):
-		pr.runItem(planItem{t: t, mode: itemTakeover})
+		return pr.runItem(planItem{t: t, mode: itemTakeover})
 	}
 	// Anything else was started, finished or changed by someone since it
 	// was queued (a dead instance's RUNNING task, say: never restarted).

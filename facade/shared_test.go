@@ -259,8 +259,8 @@ func errf(format string, args ...any) error { return fmt.Errorf(format, args...)
 
 // tripHook counts round trips like redistest.Counter, leaving out those
 // whose timing, not the task starts, decides how many there are: the event
-// feed's batches (XADD only), permit renewals (every lease/3) and the
-// instance registry's heartbeat.
+// feed's batches (append_events.lua), permit renewals (every lease/3) and
+// the instance registry's heartbeat.
 type tripHook struct{ n atomic.Int64 }
 
 func timed(cmd redis.Cmder) bool {
@@ -276,7 +276,8 @@ func timed(cmd redis.Cmder) bool {
 	case "evalsha", "eval":
 		if len(args) > 3 {
 			k, _ := args[3].(string)
-			return fmt.Sprint(args[2]) == "1" && strings.HasSuffix(k, ":permits")
+			// Permit renewals, and the feed's batches (append_events.lua).
+			return fmt.Sprint(args[2]) == "1" && (strings.HasSuffix(k, ":permits") || strings.HasSuffix(k, "events"))
 		}
 	}
 	return redistest.Handshake(cmd)
@@ -458,6 +459,39 @@ func TestPlanOrphanedCountsOwnLostTasks(t *testing.T) {
 		tv, err := b.coord.TaskByTenant(ctx, "tenant-lost")
 		if err != nil || !tv.Orphaned {
 			t.Fatalf("task view: orphaned %v, %v", tv.Orphaned, err)
+		}
+	})
+}
+
+// TestSharedPlanFailureThreshold: tasks failing on either instance pause
+// the plan past its threshold, and then no instance starts a task.
+func TestSharedPlanFailureThreshold(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		other := b.second("coord-b")
+		ctx := context.Background()
+		ts := tenants(12)
+		for _, tn := range ts[:3] {
+			b.target.script(tn, "deploy", http.StatusInternalServerError)
+		}
+		s := spec([]task.StageSpec{b.httpStage("deploy", task.RetryPolicy{})}, ts...)
+		s.MaxConcurrency = 2
+		s.FailureThreshold = &plan.FailureThreshold{MaxFailed: 1}
+		v := b.create(s)
+		b.waitPlan(other, v.ID, plan.StatusPaused)
+		b.idle(b.coord)
+		b.idle(other)
+		pv, err := other.Plan(ctx, v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pv.Reason != plan.ReasonFailureThreshold || pv.Counts[task.StatusFailed] < 2 || pv.Counts[task.StatusPending] == 0 || pv.Counts[task.StatusRunning] != 0 {
+			t.Fatalf("plan %s %q %v", pv.Status, pv.Reason, pv.Counts)
+		}
+		pending := pv.Counts[task.StatusPending]
+		time.Sleep(4 * b.cfg.PlanPoll) // both instances poll past the pause
+		if pv, _ = b.coord.Plan(ctx, v.ID); pv.Counts[task.StatusPending] != pending {
+			t.Fatalf("a task started on a plan paused by its failure threshold: %v", pv.Counts)
 		}
 	})
 }

@@ -97,6 +97,17 @@ func TestParseConfigSources(t *testing.T) {
 				t.Errorf("inline http hosts %q", c.InlineHTTPHosts)
 			}
 		}},
+		{"SharedPlansAndPlanPoll", []string{"-plan-poll", "250ms"}, []string{"DEPLOYCOORD_SHARED_PLANS=false", "DEPLOYCOORD_PLAN_POLL=5s"},
+			func(t *testing.T, c Config) {
+				if c.SharedPlans || c.PlanPoll != 250*time.Millisecond {
+					t.Errorf("shared plans %v, plan poll %s; want false, 250ms (the flag wins)", c.SharedPlans, c.PlanPoll)
+				}
+			}},
+		{"SharedPlansByDefault", nil, nil, func(t *testing.T, c Config) {
+			if !c.SharedPlans || c.PlanPoll != time.Second {
+				t.Errorf("shared plans %v, plan poll %s; want true, 1s", c.SharedPlans, c.PlanPoll)
+			}
+		}},
 		{"FlagWinsOverEnv", []string{"-lock-lease", "7s", "-instance-id=coord-flag", "-allow-exec=false"},
 			[]string{"DEPLOYCOORD_LOCK_LEASE=5s", "DEPLOYCOORD_INSTANCE_ID=coord-env", "DEPLOYCOORD_ALLOW_EXEC=1", "DEPLOYCOORD_TTL=2h"},
 			func(t *testing.T, c Config) {
@@ -162,6 +173,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"ErrUIBasePathRelative", []string{"-ui-base-path", "deploycoord"}, nil, []string{"DEPLOYCOORD_UI_BASE_PATH"}},
 		{"ErrUIBasePathHostile", []string{"-ui-base-path", `/a"><script>`}, nil, []string{"DEPLOYCOORD_UI_BASE_PATH"}},
 		{"ErrUINotABool", nil, []string{"DEPLOYCOORD_UI=off"}, []string{"DEPLOYCOORD_UI / -ui"}},
+		{"ErrPlanPollZero", nil, []string{"DEPLOYCOORD_PLAN_POLL=0s"}, []string{"DEPLOYCOORD_PLAN_POLL", "between 10ms and 1m"}},
+		{"ErrPlanPollNegative", []string{"-plan-poll=-1s"}, nil, []string{"DEPLOYCOORD_PLAN_POLL", "between 10ms and 1m"}},
+		{"ErrPlanPollTooLong", []string{"-plan-poll", "2m"}, nil, []string{"DEPLOYCOORD_PLAN_POLL", "between 10ms and 1m"}},
+		{"ErrPlanPollNotADuration", nil, []string{"DEPLOYCOORD_PLAN_POLL=1\n"}, []string{"DEPLOYCOORD_PLAN_POLL / -plan-poll"}},
+		{"ErrSharedPlansNotABool", nil, []string{"DEPLOYCOORD_SHARED_PLANS=yes"}, []string{"DEPLOYCOORD_SHARED_PLANS / -shared-plans"}},
 		{"ErrUnexpectedArguments", []string{"serve"}, nil, []string{"unexpected arguments", "serve"}},
 		{"ErrUnknownFlag", []string{"-no-such-flag"}, nil, []string{"no-such-flag"}},
 		{"ErrSeveralAtOnce", []string{"-ttl", "1m", "-log-level", "loud"}, nil, []string{"DEPLOYCOORD_TTL", "DEPLOYCOORD_LOG_LEVEL"}},

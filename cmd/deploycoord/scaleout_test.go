@@ -109,10 +109,19 @@ func TestScaleOutTwoInstances(t *testing.T) {
 			orphanedAfter = time.Since(killed)
 		}
 		if finishedAfter == 0 && last.Counts[task.StatusPending] == 0 && running == orphans {
-			finishedAfter = time.Since(killed)
+			// (The plan's orphaned count is read in two round trips; the
+			// listing tells for sure: only coord-a's orphans run.)
+			only := true
+			for _, tk := range b.planTasks(p.PlanID, "?status=RUNNING&limit=1000") {
+				only = only && tk.Owner == "coord-a" && tk.Orphaned
+			}
+			if only {
+				finishedAfter = time.Since(killed)
+			}
 		}
 		return orphanedAfter > 0 && finishedAfter > 0, fmt.Sprintf("counts %v, orphaned %d", last.Counts, orphans)
 	})
+	last = b.plan(p.PlanID)
 	d.figure("kill -9 → plan shows orphaned tasks", orphanedAfter)
 	d.figure("kill -9 → every PENDING task done by coord-b", finishedAfter)
 	orphans := b.planTasks(p.PlanID, "?orphaned=true&limit=1000")

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"testing"
@@ -99,6 +100,29 @@ func (tb *testBundle) acquire(t *testing.T, tenant string, h tenantlock.Holder) 
 	}
 	watch(t, l)
 	return l
+}
+
+// warmUp takes and returns tenant's lock until a call succeeds (at most 5
+// tries): the first calls of a client load the cluster's slot map and the
+// scripts, which on a loaded machine can take longer than a short lease's
+// call deadline (lease/20). A warm-up exists to absorb exactly that; an
+// error other than a timeout still fails the test.
+func (tb *testBundle) warmUp(t *testing.T, tenant string, h tenantlock.Holder) *Lease {
+	t.Helper()
+	var err error
+	for i := 0; i < 5; i++ {
+		var l *Lease
+		if l, err = tb.locker.Acquire(context.Background(), tenant, h); err == nil {
+			watch(t, l)
+			return l
+		}
+		var re *RedisError
+		if !errors.As(err, &re) || !re.Unavailable() {
+			break
+		}
+	}
+	t.Fatalf("Acquire(%s) to warm up: %v", tenant, err)
+	return nil
 }
 
 // watch forgets l when the test ends and fails the test if its renewer
