@@ -272,6 +272,10 @@ type TaskView struct {
 	Checkpoint *checkpoint.Checkpoint
 	Orphaned   bool
 	Degraded   bool
+	// LockExpiresAt is when the tenant's lock frees unless renewed, for a
+	// RUNNING task holding it (a single task's view only; nil otherwise):
+	// an orphaned task can be retried from then on.
+	LockExpiresAt *time.Time
 }
 
 func (c *Coordinator) taskView(t *task.Task, ck *checkpoint.Checkpoint) TaskView {

@@ -114,3 +114,11 @@ func fromMemory(degraded bool, n int, what string) error {
 	return wrapf(ErrUnavailable, "redis is not answering and this instance holds none of %s in memory; "+
 		"an empty answer would not mean there are none: try again when redis answers", what)
 }
+
+// orDash is s, or "-" when it is empty (an unknown holder in a message).
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

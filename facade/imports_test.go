@@ -12,8 +12,8 @@ import (
 )
 
 // TestRedisClientNotLinked: facade, httpapi and cmd/deployctl do not link
-// go-redis nor redsync, directly or through anything they import (DESIGN
-// §7: those live in repository, tenantlock/redislock and cmd/deploycoord;
+// go-redis nor redsync, directly or through anything they import (the import
+// rules of docs/architecture.md: those live in repository, tenantlock/redislock and cmd/deploycoord;
 // facade declares the Store, Locker and Lease it needs). cmd/deploycoord,
 // which wires the Redis store and lock, is the control: it must link both.
 // A failure names the chain of imports that brought the package in.

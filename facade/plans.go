@@ -35,6 +35,9 @@ func (c *Coordinator) CreatePlan(ctx context.Context, spec plan.Spec, a Actor) (
 	if err != nil {
 		return PlanView{}, wrapf(ErrInvalid, "%v", err)
 	}
+	if err := c.checkParams(&spec, stages, src); err != nil {
+		return PlanView{}, err
+	}
 	now := c.now()
 	p := spec.NewPlan(plan.NewID(now), stages, now)
 	names := p.StageNames()
@@ -73,6 +76,41 @@ func (c *Coordinator) CreatePlan(ctx context.Context, spec plan.Spec, a Actor) (
 		c.startPlanRun(p, compiled, items)
 	}
 	return view, nil
+}
+
+// checkParams refuses a plan whose stage templates name a Params key that a
+// tenant's params (with the plan's defaults) do not provide: every such
+// tenant would fail at that stage at run time.
+func (c *Coordinator) checkParams(spec *plan.Spec, stages []task.StageSpec, src stage.Source) error {
+	required, err := c.cfg.Stages.RequiredParams(stages, src)
+	if err != nil {
+		return wrapf(ErrInvalid, "%v", err)
+	}
+	for i, keys := range required {
+		for _, key := range keys {
+			if _, ok := spec.Params[key]; ok {
+				continue
+			}
+			missing, first := 0, ""
+			for _, ts := range spec.Tenants {
+				if _, ok := ts.Params[key]; !ok {
+					if missing == 0 {
+						first = ts.TenantID
+					}
+					missing++
+				}
+			}
+			if missing > 0 {
+				others := ""
+				if missing > 1 {
+					others = fmt.Sprintf(" (and %d other tenants)", missing-1)
+				}
+				return wrapf(ErrInvalid, "stage %s uses .Params.%s, but tenant %s%s has no param %s and the plan's params "+
+					"give no default: add it to the plan's params or to each tenant's", task.Quote(stages[i].Name), key, first, others, task.Quote(key))
+			}
+		}
+	}
+	return nil
 }
 
 func (c *Coordinator) pipelineNames() string {

@@ -14,7 +14,7 @@ import (
 	"github.com/deploycoord/deploycoord/tenantlock"
 )
 
-// RetryRequest is a manual retry of a tenant's current task (API.md
+// RetryRequest is a manual retry of a tenant's current task (docs/api.md
 // POST /v1/tenants/{tenantId}/retry). At most one mode is set: the default
 // resumes from the checkpoint; FromCheckpoint=false starts over with the
 // checkpoint reset; FromStage re-runs from a stage the checkpoint covers;
@@ -168,7 +168,8 @@ func (c *Coordinator) retriable(t *task.Task, expectedAttempt int) error {
 	}
 	switch {
 	case t.Status == task.StatusCompleted:
-		return wrapf(ErrTaskCompleted, "task %s of tenant %s is completed", t.ID, t.TenantID)
+		return wrapf(ErrTaskCompleted, "task %s of tenant %s is completed: a completed task is not run again; "+
+			"to deploy to this tenant again, create a new plan for it (POST /v1/plans with tenants [%s])", t.ID, t.TenantID, t.TenantID)
 	case t.Status == task.StatusPending:
 		return wrapf(ErrTaskPending, "task %s of tenant %s has not started; start or resume plan %s", t.ID, t.TenantID, t.PlanID)
 	case t.Status == task.StatusRunning && !c.orphaned(t):

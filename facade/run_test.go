@@ -431,9 +431,15 @@ func (f *feedFilter) DialHook(next redis.DialHook) redis.DialHook          { ret
 func (f *feedFilter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (f *feedFilter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		// A feed append is append_events.lua on the events stream (an
+		// XADD before the feed was batched).
 		feed := len(cmds) > 0
 		for _, c := range cmds {
-			if c.Name() != "xadd" {
+			var key string
+			if args := c.Args(); len(args) > 3 {
+				key, _ = args[3].(string)
+			}
+			if c.Name() != "xadd" && !((c.Name() == "evalsha" || c.Name() == "eval") && strings.HasSuffix(key, "events")) {
 				feed = false
 			}
 		}

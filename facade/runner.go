@@ -339,14 +339,14 @@ func (r *taskRun) recover(err error) bool {
 // regain waits, with no stage running, until the lease is confirmed again:
 // the renewer gets through, or — once the lease lapsed — it is re-acquired
 // with the same value and fence if nobody took the tenant meanwhile
-// (DESIGN §5, Redis unreachable). It returns false when the tenant was taken
+// (docs/architecture.md, Redis unreachable). It returns false when the tenant was taken
 // or the instance stops.
 func (r *taskRun) regain() bool {
 	r.log.Warn().Err(r.lease.Err()).Time("deadline", r.lease.Deadline()).Msg("lease not confirmed; no stage starts until it is")
 	delay := 50 * time.Millisecond
 	for {
 		if r.c.closing.Load() || r.c.hardStop.Err() != nil {
-			r.leaseLost(errors.New("instance stopping while the lease is unconfirmed"))
+			r.leaseLost(errStopping)
 			return false
 		}
 		if r.lease.Check(r.margin()) == nil && context.Cause(r.ctx) == nil {
@@ -376,7 +376,7 @@ func (r *taskRun) leaseLost(err error) {
 	r.c.obs.LeaseLost()
 	r.released = true // nothing of ours left to release
 	r.log.Error().Err(err).Int("stage_index", r.t.StageIndex).Msg("lease lost; task stopped without writing")
-	r.c.publishTask(r.t, task.Event{At: r.c.now().UTC(), Type: task.EventLeaseLost, Reason: err.Error(), Instance: r.c.cfg.Instance, Fence: r.lease.Fence()})
+	r.c.publishTask(r.t, task.Event{At: r.c.now().UTC(), Type: task.EventLeaseLost, Reason: leaseLostReason(err), Instance: r.c.cfg.Instance, Fence: r.lease.Fence()})
 }
 
 // errStoreRefused marks a write the store refused: the task is no longer ours.

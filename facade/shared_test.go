@@ -259,8 +259,8 @@ func errf(format string, args ...any) error { return fmt.Errorf(format, args...)
 
 // tripHook counts round trips like redistest.Counter, leaving out those
 // whose timing, not the task starts, decides how many there are: the event
-// feed's batches (XADD only), permit renewals (every lease/3) and the
-// instance registry's heartbeat.
+// feed's batches (append_events.lua), permit renewals (every lease/3) and
+// the instance registry's heartbeat.
 type tripHook struct{ n atomic.Int64 }
 
 func timed(cmd redis.Cmder) bool {
@@ -276,7 +276,8 @@ func timed(cmd redis.Cmder) bool {
 	case "evalsha", "eval":
 		if len(args) > 3 {
 			k, _ := args[3].(string)
-			return fmt.Sprint(args[2]) == "1" && strings.HasSuffix(k, ":permits")
+			// Permit renewals, and the feed's batches (append_events.lua).
+			return fmt.Sprint(args[2]) == "1" && (strings.HasSuffix(k, ":permits") || strings.HasSuffix(k, "events"))
 		}
 	}
 	return redistest.Handshake(cmd)

@@ -3,6 +3,7 @@ package facade
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
 	"github.com/deploycoord/deploycoord/plan"
@@ -35,7 +36,16 @@ func (c *Coordinator) TaskByTenant(ctx context.Context, tenantID string) (TaskVi
 	if err != nil {
 		return TaskView{}, translate(err, "task of tenant "+tenantID)
 	}
-	return c.taskView(t, ck), nil
+	v := c.taskView(t, ck)
+	if t.Status == task.StatusRunning {
+		// One more round trip, for running tasks only: when the lock frees
+		// is what an operator waiting to retry an orphaned task needs.
+		if info, err := c.locks.View(ctx, tenantID); err == nil && info.Held && info.Holder.TaskID == t.ID {
+			at := c.now().Add(info.TTL).UTC()
+			v.LockExpiresAt = &at
+		}
+	}
+	return v, nil
 }
 
 // Task returns a task by id with its checkpoint.
@@ -151,6 +161,13 @@ func (c *Coordinator) ReleaseLock(ctx context.Context, tenantID string, expected
 	info, err := c.locks.ForceRelease(ctx, tenantID, expectedFence)
 	if errors.Is(err, tenantlock.ErrNotHeld) {
 		return tenantlock.Info{}, wrapf(ErrNotFound, "tenant %s holds no lock", tenantID)
+	}
+	var mm *tenantlock.MismatchError
+	if errors.As(err, &mm) {
+		return tenantlock.Info{}, &codedError{kind: ErrLockMismatch, cause: err, msg: fmt.Sprintf(
+			"tenant %s: the lock's fence is %d, expectedFence given is %d: nothing released. If you typed it, check the digits; "+
+				"if you read it earlier, the lock changed hands since (now held by %s for task %s): read it again with GET /v1/tenants/%s/lock",
+			tenantID, mm.Current.Fence, expectedFence, orDash(mm.Current.Holder.Instance), orDash(mm.Current.Holder.TaskID), tenantID)}
 	}
 	if err != nil {
 		return tenantlock.Info{}, translate(err, "lock")

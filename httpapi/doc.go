@@ -1,4 +1,4 @@
-// Package httpapi is the HTTP API of deploycoord (API.md, docs/openapi.yaml):
+// Package httpapi is the HTTP API of deploycoord (docs/api.md, docs/openapi.yaml):
 // a chi router whose handlers turn requests into calls of the coordinator's
 // use cases (the Service interface, implemented by *facade.Coordinator) and
 // their answers into JSON.

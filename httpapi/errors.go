@@ -13,7 +13,7 @@ import (
 	"github.com/deploycoord/deploycoord/facade"
 )
 
-// Stable error codes of problem answers (API.md). Clients branch on these,
+// Stable error codes of problem answers (docs/api.md). Clients branch on these,
 // never on the detail text.
 const (
 	CodeInvalidArgument      = "INVALID_ARGUMENT"

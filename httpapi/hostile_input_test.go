@@ -478,7 +478,7 @@ func (f *hxFixture) checkFeed(t *testing.T) {
 		if err != nil {
 			t.Fatalf("XRANGE %s: %v", f.events(), err)
 		}
-		return msgs
+		return hxFeedEvents(t, msgs)
 	}
 	// The publisher sends every 20ms; wait until the expected number of
 	// events arrived and nothing more came for a while.
@@ -1315,6 +1315,37 @@ func TestHostileValues(t *testing.T) {
 		}
 	})
 	t.Logf("%d hostile requests on %d fixtures", len(cases), len(fixtures))
+}
+
+// hxFeedEvents returns the events stored in feed entries, one message each
+// with the fields of an event (type, planId, taskId, tenantId, data as
+// JSON): an entry holds a batch of events in field b (a JSON array), or one
+// event in those fields (entries written before batching).
+func hxFeedEvents(t *testing.T, msgs []redis.XMessage) []redis.XMessage {
+	t.Helper()
+	var out []redis.XMessage
+	for _, m := range msgs {
+		b, ok := m.Values["b"].(string)
+		if !ok {
+			out = append(out, m)
+			continue
+		}
+		var batch []struct {
+			Type     string          `json:"type"`
+			PlanID   string          `json:"planId"`
+			TaskID   string          `json:"taskId"`
+			TenantID string          `json:"tenantId"`
+			Data     json.RawMessage `json:"data"`
+		}
+		if err := json.Unmarshal([]byte(b), &batch); err != nil {
+			t.Fatalf("feed entry %s: field b is not a JSON array of events: %v", m.ID, err)
+		}
+		for i, ev := range batch {
+			out = append(out, redis.XMessage{ID: fmt.Sprintf("%s[%d]", m.ID, i), Values: map[string]any{
+				"type": ev.Type, "planId": ev.PlanID, "taskId": ev.TaskID, "tenantId": ev.TenantID, "data": string(ev.Data)}})
+		}
+	}
+	return out
 }
 
 // hxTenantList is n valid tenant ids, quoted and comma-separated.

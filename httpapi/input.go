@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -54,6 +55,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, dst any) er
 	}
 	if !utf8.Valid(data) {
 		return badRequest("request body is not valid UTF-8")
+	}
+	if err := checkFieldNames(data, reflect.TypeOf(dst)); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

@@ -180,7 +180,7 @@ type api struct {
 	streams chan struct{}
 }
 
-// New returns the HTTP API serving svc: every route of API.md under /v1,
+// New returns the HTTP API serving svc: every route of docs/api.md under /v1,
 // plus /healthz, /readyz, /openapi.yaml and /metrics. It panics when
 // cfg.Tokens do not pass ValidateTokens.
 func New(svc Service, cfg Config) http.Handler {

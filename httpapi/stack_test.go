@@ -165,7 +165,7 @@ func TestStack(t *testing.T) {
 	}
 }
 
-// testFailRetryComplete follows API.md's main story: a plan over two
+// testFailRetryComplete follows docs/api.md's main story: a plan over two
 // tenants, one fails after its first stage; an SRE looks at it and retries it
 // from the checkpoint.
 func testFailRetryComplete(t *testing.T, s *stack) {

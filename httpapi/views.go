@@ -10,7 +10,7 @@ import (
 	"github.com/deploycoord/deploycoord/tenantlock"
 )
 
-// The JSON documents of the API (API.md, docs/openapi.yaml). Times are
+// The JSON documents of the API (docs/api.md, docs/openapi.yaml). Times are
 // RFC 3339 in UTC; a time that has not happened yet is null.
 
 // Plan is a plan as answered by the plan endpoints.
@@ -92,6 +92,9 @@ type TaskDetail struct {
 	Task
 	HasCheckpoint bool               `json:"hasCheckpoint"`
 	Checkpoint    *CheckpointSummary `json:"checkpoint"`
+	// LockExpiresAt is when the tenant's lock frees unless its holder
+	// renews it, for a RUNNING task holding it; null otherwise.
+	LockExpiresAt *time.Time `json:"lockExpiresAt"`
 }
 
 // CheckpointSummary is a checkpoint without its context data.
@@ -247,7 +250,7 @@ func taskJSON(v facade.TaskView) Task {
 }
 
 func taskDetailJSON(v facade.TaskView) *TaskDetail {
-	d := &TaskDetail{Task: taskJSON(v), HasCheckpoint: v.Checkpoint != nil}
+	d := &TaskDetail{Task: taskJSON(v), HasCheckpoint: v.Checkpoint != nil, LockExpiresAt: v.LockExpiresAt}
 	if v.Checkpoint != nil {
 		s := checkpointSummary(*v.Checkpoint)
 		d.Checkpoint = &s

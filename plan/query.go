@@ -1,10 +1,6 @@
 package plan
 
-import (
-	"time"
-
-	"github.com/deploycoord/deploycoord/task"
-)
+import "github.com/deploycoord/deploycoord/task"
 
 // Paging limits of listings.
 const (
@@ -27,11 +23,11 @@ type ListFilter struct {
 type TaskFilter struct {
 	// Status keeps only tasks in this status ("" = all).
 	Status task.Status
-	// Orphaned keeps only RUNNING tasks whose owner stopped heartbeating for
-	// longer than OrphanAfter before Now.
-	Orphaned    bool
-	OrphanAfter time.Duration
-	Now         time.Time
+	// Orphaned asks for RUNNING tasks without a live owner. Whether an
+	// owner is alive is the coordinator's knowledge (instance heartbeats),
+	// not a store's: a store lists the RUNNING tasks (refusing another
+	// status) and the coordinator keeps the orphaned ones.
+	Orphaned bool
 	// TenantPrefix keeps only tasks whose tenant id starts with it ("" =
 	// all). Like a status, it makes a page examine up to the store's scan
 	// bound of entries.

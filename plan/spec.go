@@ -34,7 +34,7 @@ const (
 
 var paramKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
-// Spec is the request to create a plan (API.md POST /v1/plans).
+// Spec is the request to create a plan (docs/api.md POST /v1/plans).
 type Spec struct {
 	Name string `json:"name"`
 	// Pipeline names an operator-defined pipeline; Stages are inline stages.

@@ -17,7 +17,7 @@ const (
 	// ScanMax is the most list entries one filtered listing call examines
 	// (PlanTasks with a status filter, Plans with a status filter).
 	ScanMax = 10_000
-	// EventsMaxDefault is about how many entries the event feed keeps.
+	// EventsMaxDefault is how many events the event feed keeps.
 	EventsMaxDefault = 100_000
 	// InstancePruneAfter is how long an instance stays listed after its
 	// last heartbeat.
@@ -39,10 +39,11 @@ type Config struct {
 	// Batch is how many tasks one plan-creation pipeline carries (default
 	// BatchDefault).
 	Batch int
-	// EventsMax is about how many entries the event feed keeps (default
-	// EventsMaxDefault): every publication trims it with XADD MAXLEN ~, so
-	// Redis keeps at least EventsMax entries and at most about one stream
-	// node (stream-node-max-entries, 100 by default) more.
+	// EventsMax is how many events the event feed keeps (default
+	// EventsMaxDefault): every publication trims whole entries (batches of
+	// up to 100 events) whose events are all older than the newest
+	// EventsMax, so Redis keeps at least EventsMax events and at most 99
+	// more.
 	EventsMax int
 	// Clock gives the time written by the store itself (plan status times,
 	// pruning of the plans and instances indexes, feed events without a
@@ -56,13 +57,20 @@ type Config struct {
 	// pipelines of their own. By default, the reads of concurrent queries
 	// share pipelines (see groupcommit.go).
 	NoReadBatching bool
+	// FullWrites sends every mutable record field on every task write. By
+	// default a write of a RUNNING task sends only the fields that changed
+	// since its last write this store saw acknowledged (see delta.go).
+	FullWrites bool
 	// WriteBatchMax is the most task writes one shared pipeline carries
 	// (default WriteBatchMaxDefault).
 	WriteBatchMax int
 	// TenantHints is how many tenants' current task ids TaskByTenant and
 	// TasksByTenant remember, to read the record in the same round trip as
 	// the index (default TenantHintsDefault, about 100 bytes each, filled by
-	// queries only; negative: none, every query takes two round trips).
+	// queries only; negative: none, every query takes two round trips). One
+	// in four of them (25 000 by default) also keeps the record and
+	// checkpoint of a task that is not RUNNING, checked against the task's
+	// version at every query (see readcache.go).
 	TenantHints int
 }
 

@@ -31,8 +31,9 @@
 //	{p}index:tenant:{tenantId}:history     ZSET    the tenant's task ids by creation ms    Config.TTL
 //	{p}lock:tenant:{tenantId}              STRING  lock value (package tenantlock)         lease
 //	{p}fence:tenant:{tenantId}             STRING  fencing counter (package tenantlock)    none
-//	{p}events                              STREAM  event feed (FeedEvent fields)           MAXLEN ~
-//	                                                                                       Config.EventsMax
+//	{p}events                              STREAM  event feed, an entry per batch of      trimmed to
+//	                                               events (n, c, b: see Event feed)        Config.EventsMax
+//	                                                                                       events
 //	{p}instances                           ZSET    instance ids by last heartbeat ms       none (pruned
 //	                                                                                       on register)
 //	{p}instance:{<id>}                     HASH    instance record (id, addr, version,     registration
@@ -84,6 +85,11 @@
 //     creation time) are sent as a digest only; a write whose task changed
 //     one of them is answered "send them" before anything is written, and
 //     the store sends it again with them (one more round trip, record.go).
+//     A write of a RUNNING task (not a start, re-run or takeover) sends
+//     only the mutable fields that changed since the task's last write this
+//     store saw acknowledged, and heartbeatAt, relative to that write's id
+//     ("?prevWrite"); a record that no longer carries that id answers "send
+//     them" the same way (delta.go; Config.FullWrites turns it off).
 //  2. move_plan_counts.lua, in the plan's slot, only when the write moves
 //     the counts: when the status changes (Write.PrevStatus != Task.Status),
 //     and on a takeover or re-run of a RUNNING task — PrevStatus and status
@@ -167,8 +173,11 @@
 //	UpdatePlan, RequestTask, Beat        1
 //	Plan                                 1   HGETALL plan + HMGET counts, whatever the plan's size
 //	TaskByTenant                         1-2 GET index + HGETALL record + GET checkpoint of the task the
-//	                                          index named at the tenant's last query (Config.TenantHints),
-//	                                          then, if the index moved on (or no hint), those of its task
+//	                                          index named at the tenant's last query (Config.TenantHints) —
+//	                                          or, for a task kept with its version (not RUNNING), GET index
+//	                                          + HMGET of 6 version fields, the kept record answering when
+//	                                          they match (readcache.go) — then, if the index moved on (or
+//	                                          no hint, or the version changed), those of its task
 //	Task                                 2   GET taskref, then HGETALL record + GET checkpoint
 //	TenantHistory                        2   ZREVRANGE, then pipelined HGETALLs
 //	Timeline                             1   EXISTS + LRANGE
@@ -190,9 +199,11 @@
 //	RunningByOwner                       1   HMGET RUNNING@<owner>…, O(owners)
 //	RegisterInstance, DeregisterInstance 1   pipeline (HSET + PEXPIRE + ZADD + prune; DEL + ZADD XX)
 //	Instances                            2   ZREVRANGE, then pipelined HGETALLs
-//	PublishEvents                        1   pipelined XADDs
-//	ReadEvents                           1   XREAD (+1 XREVRANGE for "$"; a filtered read takes one
-//	                                          more per chunk, up to FeedScanFactor × Limit entries)
+//	PublishEvents                        1   pipelined append_events.lua, one per 100 events
+//	ReadEvents                           1   XREVRANGE + XREAD pipelined (+1 XREVRANGE for "$"; +1
+//	                                          XREAD BLOCK for a long poll that finds nothing at once; a
+//	                                          read takes one more per chunk, up to FeedScanFactor × Limit
+//	                                          events with a filter)
 //	ServerInfo, ServerRunID              1   INFO server (+ CONFIG GET × 4, pipelined); on a cluster
 //	                                          CLUSTER SLOTS, then one to every master at once
 //
@@ -223,17 +234,25 @@
 //
 // # Event feed
 //
-// PublishEvents appends to the stream {p}events with XADD MAXLEN ~
-// Config.EventsMax (default 100 000): retention is a count, not a time —
-// Redis keeps at least EventsMax entries and at most about one stream node
-// (stream-node-max-entries, 100) more, so a reader that falls further behind
-// silently skips what was trimmed (the task timelines keep each task's
-// history). Entry ids are the cursors ("<ms>-<seq>"; "" reads from the
-// oldest kept, "$" from now on, turned into the concrete last id). Filters
-// are applied in Go: a call examines at most FeedScanFactor × Limit entries
-// and returns the id of the last entry examined, so a client never reads an
-// entry twice. A long poll (wait > 0) is XREAD BLOCK, ending 100ms before
-// the context's deadline; it holds one pooled connection while it waits.
+// PublishEvents stores a batch of events as stream entries of up to 100
+// events each (append_events.lua, one call per entry, one pipeline): fields
+// n (events), c (the feed's running count of events) and b (the events, a
+// JSON array). The entry <ms>-<s> holds the events <ms>-<s> .. <ms>-<s+n-1>
+// — every event has a stream id of its own, the cursor format the API
+// documents — and the next entry starts after them. Each append trims whole
+// entries whose events all lie beyond the newest Config.EventsMax (default
+// 100 000): retention is a count, not a time, between EventsMax and
+// EventsMax + 99 events, so a reader that falls further behind silently
+// skips what was trimmed (the task timelines keep each task's history). An
+// entry without field b (written before batching) is one event with the
+// entry's id. Cursors: "" reads from the oldest kept, "$" from now on
+// (turned into the concrete last event id), an event id right after that
+// event, also inside an entry (the entry holding it is read with
+// XREVRANGE, pipelined with the first XREAD). Filters are applied in Go: a
+// call examines at most FeedScanFactor × Limit events and returns the id of
+// the last event examined, so a client never reads an event twice. A long
+// poll (wait > 0) is XREAD BLOCK, ending 100ms before the context's
+// deadline; it holds one pooled connection while it waits.
 //
 // # Server self-check
 //
@@ -247,6 +266,22 @@
 // joining or leaving, changes it; a warning names the master it is about).
 //
 // # Memory and Dual
+//
+// The files, by store:
+//
+//	Redis    redis.go, redis_create.go, redis_task.go, batch.go, groupcommit.go,
+//	         record.go, encode.go, feed_redis.go, instance.go, server.go,
+//	         idempotency.go, keys.go, scripts.go + scripts/*.lua
+//	Memory   memory.go (plans), memory_task.go (tasks), memfresh.go (compact new
+//	         tasks), feed.go (its feed ring), mirror.go (what the Dual asks of
+//	         it: Mirror*, Resolve*, *Queued)
+//	Dual     dual.go (reads, writes), dual_writebehind.go (write-behind queue),
+//	         dual_queue.go (the shared work queue, Redis only)
+//
+// Dual composes the two through their exported methods only. A stage write
+// reads as a straight line: Dual.WriteTask → EncodeWrite (once) →
+// Redis.WriteEncoded (group commit, write_task.lua [+ move_plan_counts.lua])
+// → Memory.MirrorWrite of the same EncodedWrite.
 //
 // Memory applies the same checks (the lock through MemoryConfig.LockValue),
 // counts, plan.Derive and paging in process memory, with deep copies in and

@@ -182,270 +182,6 @@ func read[T any](d *Dual, fromRedis, fromMem func() (T, error)) (T, error) {
 	return fallback(d, v, err, fromMem)
 }
 
-// ---- write-behind queue (single-instance mode) ------------------------------
-
-type opKind int
-
-const (
-	opCreatePlan opKind = iota
-	opUpdatePlan
-	opWriteTask
-	opRequestTask
-	opBeat
-)
-
-// queuedOp is an operation applied to memory and waiting to be written back
-// to Redis, with its own copies of the caller's values.
-type queuedOp struct {
-	kind     opKind
-	plan     *plan.Plan
-	tasks    []*task.Task
-	from     []plan.Status
-	write    task.Write
-	writeID  string
-	tenantID string
-	taskID   string
-	req      task.Request
-	ev       task.Event
-	guard    task.Guard
-	at       time.Time
-	// holdTask and holdPlan name what memory keeps for it (releaseQueued).
-	holdTask, holdPlan string
-}
-
-func (op *queuedOp) String() string {
-	switch op.kind {
-	case opCreatePlan:
-		return "creation of plan " + op.plan.ID
-	case opUpdatePlan:
-		return fmt.Sprintf("update of plan %s to %s", op.plan.ID, op.plan.Status)
-	case opWriteTask:
-		return fmt.Sprintf("write of task %s (%s, seq %d)", op.write.Task.ID, op.write.Task.Status, op.write.ExpectSeq+1)
-	case opRequestTask:
-		return fmt.Sprintf("%s request of task %s", op.req, op.taskID)
-	default:
-		return "heartbeat of task " + op.taskID
-	}
-}
-
-// behind queues an operation behind those already queued (single-instance
-// mode): apply puts it in memory and returns it. It reports false, doing
-// nothing, when the queue is empty. An operation memory cannot take because
-// it does not hold the aggregate fails as unavailable.
-func (d *Dual) behind(what string, apply func() (*queuedOp, error)) (bool, error) {
-	if !d.cfg.SingleInstance {
-		return false, nil
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.queue) == 0 {
-		return false, nil
-	}
-	err := d.pushLocked(apply)
-	if missing(err) {
-		return true, &UnavailableError{Op: what, msg: "writes to redis are queued (single-instance mode) and memory does not hold it"}
-	}
-	return true, err
-}
-
-// enqueue queues an operation Redis could not take (single-instance mode).
-// When memory does not hold the aggregate it returns redisErr.
-func (d *Dual) enqueue(redisErr error, apply func() (*queuedOp, error)) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	err := d.pushLocked(apply)
-	if missing(err) {
-		return redisErr
-	}
-	return err
-}
-
-func (d *Dual) pushLocked(apply func() (*queuedOp, error)) error {
-	op, err := apply()
-	if err != nil || op == nil {
-		return err
-	}
-	d.queue = append(d.queue, op)
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-// Start starts the flusher that writes queued operations back to Redis
-// (single-instance mode; it does nothing otherwise): while the queue is not
-// empty it pings Redis every DualConfig.ProbeInterval and, when Redis
-// answers, writes the queue back in order. It runs until ctx ends or Close.
-func (d *Dual) Start(ctx context.Context) {
-	if !d.cfg.SingleInstance {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.done != nil {
-		return
-	}
-	ctx, d.cancel = context.WithCancel(ctx)
-	d.done = make(chan struct{})
-	go d.flushLoop(ctx, d.done)
-}
-
-// Close stops the flusher and makes a last attempt to write the queue back
-// (within DualConfig.ReplayTimeout per operation). It returns an error
-// matching ErrUnavailable when operations are left: they are lost.
-func (d *Dual) Close() error {
-	d.mu.Lock()
-	cancel, done := d.cancel, d.done
-	d.cancel = nil
-	d.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done
-	}
-	if d.Pending() == 0 {
-		return nil
-	}
-	d.drain(context.Background())
-	if n := d.Pending(); n > 0 {
-		return fmt.Errorf("close dual store: %d queued writes were not written back to redis: %w", n, ErrUnavailable)
-	}
-	return nil
-}
-
-func (d *Dual) flushLoop(ctx context.Context, done chan struct{}) {
-	defer close(done)
-	for {
-		if d.Pending() > 0 {
-			if d.drain(ctx) {
-				continue
-			}
-			// Redis does not answer: probe again later (enqueues do not wake us).
-			t := time.NewTimer(d.cfg.ProbeInterval)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.wake:
-		}
-	}
-}
-
-// drain writes the queue back in order once Redis answers a PING. It
-// returns true when the queue is empty, false when Redis stopped answering
-// (or ctx ended) with operations left.
-func (d *Dual) drain(ctx context.Context) bool {
-	d.drainMu.Lock()
-	defer d.drainMu.Unlock()
-	pctx, cancel := context.WithTimeout(ctx, d.cfg.ReplayTimeout)
-	err := d.r.c.Ping(pctx).Err()
-	cancel()
-	if err != nil {
-		d.observe(wrapErr(pctx, "probe redis", err))
-		return false
-	}
-	d.observe(nil)
-	for {
-		d.mu.Lock()
-		if len(d.queue) == 0 {
-			d.mu.Unlock()
-			return true
-		}
-		op := d.queue[0]
-		d.mu.Unlock()
-		rctx, cancel := context.WithTimeout(ctx, d.cfg.ReplayTimeout)
-		err := d.replay(rctx, op)
-		cancel()
-		if ctx.Err() != nil || IsUnavailable(err) {
-			d.observe(err)
-			return false
-		}
-		if err != nil {
-			d.cfg.OnReplayError(fmt.Errorf("write back %s: %w", op, err))
-		}
-		d.mu.Lock()
-		d.queue[0] = nil
-		d.queue = d.queue[1:]
-		d.mu.Unlock()
-		d.mem.releaseQueued(op.holdTask, op.holdPlan)
-	}
-}
-
-// replay sends one queued operation to Redis through the normal methods. A
-// task write carries the id of its first attempt, so a write that reached
-// Redis before the outage was noticed succeeds again without being applied
-// twice. A plan creation that reached Redis (maybe in part) is deleted and
-// written again whole: no later operation on it has been written back yet.
-func (d *Dual) replay(ctx context.Context, op *queuedOp) error {
-	switch op.kind {
-	case opCreatePlan:
-		err := d.r.CreatePlan(ctx, op.plan, op.tasks)
-		if !errors.Is(err, ErrPlanExists) {
-			return err
-		}
-		pk, _ := d.r.keys.planKeys(op.plan.ID)
-		tks := make([]taskKeys, len(op.tasks))
-		for i, t := range op.tasks {
-			tks[i], _ = d.r.keys.taskKeys(t.TenantID, t.ID)
-		}
-		d.r.rollbackPlan(ctx, pk, op.plan.ID, tks)
-		return d.r.CreatePlan(ctx, op.plan, op.tasks)
-	case opUpdatePlan:
-		return d.r.UpdatePlan(ctx, op.plan, op.from...)
-	case opWriteTask:
-		_, err := d.r.writeTask(ctx, op.write, op.writeID)
-		return err
-	case opRequestTask:
-		_, _, err := d.r.requestTask(ctx, op.tenantID, op.taskID, op.req, op.ev)
-		return err
-	default:
-		return d.r.Beat(ctx, op.tenantID, op.taskID, op.guard, op.at)
-	}
-}
-
-// copyWrite returns a deep copy of w for the queue.
-func copyWrite(w task.Write) (task.Write, error) {
-	t, err := copyTaskIn(w.Task)
-	if err != nil {
-		return w, err
-	}
-	w.Task = t
-	if w.Checkpoint != nil {
-		b, err := w.Checkpoint.Marshal()
-		if err != nil {
-			return w, err
-		}
-		cp, err := checkpoint.Unmarshal(b)
-		if err != nil {
-			return w, err
-		}
-		w.Checkpoint = &cp
-	}
-	if w.Events, err = normalize(w.Events); err != nil {
-		return w, err
-	}
-	return w, nil
-}
-
-func copyTasksIn(tasks []*task.Task) ([]*task.Task, error) {
-	out := make([]*task.Task, len(tasks))
-	for i, t := range tasks {
-		c, err := copyTaskIn(t)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = c
-	}
-	return out, nil
-}
-
 // ---- plans -----------------------------------------------------------------
 
 // CreatePlan stores the plan in Redis, then in memory. In single-instance
@@ -460,7 +196,7 @@ func (d *Dual) CreatePlan(ctx context.Context, p *plan.Plan, tasks []*task.Task)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", task.ErrInvalid, err)
 		}
-		if err := d.mem.createQueued(p, tasks); err != nil {
+		if err := d.mem.CreateQueued(p, tasks); err != nil {
 			return nil, err
 		}
 		return &queuedOp{kind: opCreatePlan, plan: cp, tasks: cts, holdPlan: p.ID}, nil
@@ -475,7 +211,7 @@ func (d *Dual) CreatePlan(ctx context.Context, p *plan.Plan, tasks []*task.Task)
 	d.observe(err)
 	switch {
 	case err == nil:
-		d.mem.mirrorCreate(p, tasks)
+		d.mem.MirrorCreate(p, tasks)
 	case IsUnavailable(err) && d.cfg.SingleInstance:
 		return d.enqueue(err, apply)
 	}
@@ -493,7 +229,7 @@ func (d *Dual) UpdatePlan(ctx context.Context, p *plan.Plan, from ...plan.Status
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", plan.ErrInvalid, err)
 		}
-		if err := d.mem.updatePlanQueued(p, from); err != nil {
+		if err := d.mem.UpdatePlanQueued(p, from); err != nil {
 			return nil, err
 		}
 		return &queuedOp{kind: opUpdatePlan, plan: cp, from: slices.Clone(from), holdPlan: p.ID}, nil
@@ -506,13 +242,13 @@ func (d *Dual) UpdatePlan(ctx context.Context, p *plan.Plan, from ...plan.Status
 	var te *plan.TransitionError
 	switch {
 	case err == nil:
-		d.mem.mirrorPlan(p)
+		d.mem.MirrorPlan(p)
 	case IsUnavailable(err) && d.cfg.SingleInstance:
 		return d.enqueue(err, apply)
 	case IsUnavailable(err):
-		d.mem.mirrorPendingPlan(p, from)
+		d.mem.MirrorPendingPlan(p, from)
 	case errors.Is(err, plan.ErrNotFound), errors.As(err, &te):
-		d.mem.resolvePendingPlan(p.ID)
+		d.mem.ResolvePendingPlan(p.ID)
 	}
 	return err
 }
@@ -572,7 +308,7 @@ func (d *Dual) RepairCounts(ctx context.Context, planID string) (plan.Counts, er
 	c, err := d.r.RepairCounts(ctx, planID)
 	d.observe(err)
 	if err == nil {
-		d.mem.mirrorCounts(planID, c)
+		d.mem.MirrorCounts(planID, c)
 	}
 	return c, err
 }
@@ -594,31 +330,33 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 	if err := checkWrite(w); err != nil {
 		return task.WriteResult{}, err
 	}
-	writeID := writeIDOf(w)
+	// The write's id goes with it everywhere (queue, Redis, replays): a
+	// write that reached Redis is not applied twice.
+	w.ID = writeIDOf(w)
 	var memRes task.WriteResult
 	apply := func() (*queuedOp, error) {
 		cw, err := copyWrite(w)
 		if err != nil {
 			return nil, fmt.Errorf("%w: write task %s: %v", task.ErrInvalid, w.Task.ID, err)
 		}
-		if memRes, err = d.mem.write(w, true); err != nil {
+		if memRes, err = d.mem.WriteQueued(w); err != nil {
 			return nil, err
 		}
-		return &queuedOp{kind: opWriteTask, write: cw, writeID: writeID, holdTask: w.Task.ID}, nil
+		return &queuedOp{kind: opWriteTask, write: cw, holdTask: w.Task.ID}, nil
 	}
 	if ok, err := d.behind("write task "+w.Task.ID, apply); ok {
 		return memRes, err
 	}
 	// Encoded once, for Redis and for the mirror.
-	tw, err := encodeTaskWrite(w)
+	tw, err := EncodeWrite(w)
 	if err != nil {
 		return task.WriteResult{}, err
 	}
-	res, err := d.r.writeEncoded(ctx, tw, writeID)
+	res, err := d.r.WriteEncoded(ctx, tw)
 	d.observe(err)
 	if res.Seq > 0 {
 		// Also when the counts update failed after the record was written.
-		d.mem.mirrorWrite(w, tw.ckpt, tw.events, res)
+		d.mem.MirrorWrite(tw, res)
 		return res, err
 	}
 	var re *task.RefusedError
@@ -629,13 +367,13 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 		}
 		return memRes, nil
 	case IsUnavailable(err):
-		d.mem.mirrorPendingWrite(w, tw.ckpt, tw.events)
+		d.mem.MirrorPendingWrite(tw)
 	case errors.As(err, &re):
 		// A retry refused because its first attempt landed after all: the
 		// record holds this writer's next seq, fence and owner.
 		landed := re.Reason == task.RefusedSeq && re.Seq == w.ExpectSeq+1 &&
 			re.Fence == w.Guard.Fence && re.Owner == w.Task.Owner
-		d.mem.resolvePendingWrite(w.Task.ID, w.ExpectSeq, landed)
+		d.mem.ResolvePendingWrite(w.Task.ID, w.ExpectSeq, landed)
 	}
 	return res, err
 }
@@ -649,7 +387,7 @@ func (d *Dual) RequestTask(ctx context.Context, tenantID, taskID string, r task.
 		if err != nil {
 			return nil, fmt.Errorf("%w: request task %s: event: %v", task.ErrInvalid, taskID, err)
 		}
-		t, applied, err := d.mem.requestQueued(tenantID, taskID, r, ev)
+		t, applied, err := d.mem.RequestQueued(tenantID, taskID, r, ev)
 		if err != nil {
 			return nil, err
 		}
@@ -662,18 +400,18 @@ func (d *Dual) RequestTask(ctx context.Context, tenantID, taskID string, r task.
 	if ok, err := d.behind("request task "+taskID, apply); ok {
 		return memTask, err
 	}
-	t, applied, err := d.r.requestTask(ctx, tenantID, taskID, r, ev)
+	t, applied, err := d.r.RequestTaskApplied(ctx, tenantID, taskID, r, ev)
 	d.observe(err)
 	switch {
 	case err == nil:
-		d.mem.mirrorRequest(t, r, applied, ev)
+		d.mem.MirrorRequest(t, r, applied, ev)
 	case IsUnavailable(err) && d.cfg.SingleInstance:
 		if err := d.enqueue(err, apply); err != nil {
 			return nil, err
 		}
 		return memTask, nil
 	case IsUnavailable(err):
-		d.mem.mirrorPendingRequest(tenantID, taskID, r, ev)
+		d.mem.MirrorPendingRequest(tenantID, taskID, r, ev)
 	}
 	return t, err
 }
@@ -683,7 +421,7 @@ func (d *Dual) RequestTask(ctx context.Context, tenantID, taskID string, r task.
 // and queued; otherwise it fails.
 func (d *Dual) Beat(ctx context.Context, tenantID, taskID string, g task.Guard, now time.Time) error {
 	apply := func() (*queuedOp, error) {
-		if err := d.mem.beat(tenantID, taskID, g, now, true); err != nil {
+		if err := d.mem.BeatQueued(tenantID, taskID, g, now); err != nil {
 			return nil, err
 		}
 		return &queuedOp{kind: opBeat, tenantID: tenantID, taskID: taskID, guard: g, at: now, holdTask: taskID}, nil
@@ -695,7 +433,7 @@ func (d *Dual) Beat(ctx context.Context, tenantID, taskID string, g task.Guard, 
 	d.observe(err)
 	switch {
 	case err == nil:
-		d.mem.mirrorBeat(taskID, now)
+		d.mem.MirrorBeat(taskID, now)
 	case IsUnavailable(err) && d.cfg.SingleInstance:
 		return d.enqueue(err, apply)
 	}

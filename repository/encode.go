@@ -398,3 +398,38 @@ func (p *plainParser) strings() ([]string, bool) {
 		}
 	}
 }
+
+// encodeWrite returns the checkpoint ("" keeps it, "-" deletes it, else
+// its JSON) and the events of w in their stored (JSON) form.
+func encodeWrite(w task.Write) (string, []string, error) {
+	ckpt := ""
+	switch {
+	case w.DeleteCheckpoint:
+		ckpt = "-"
+	case w.Checkpoint != nil:
+		b, err := marshalCheckpoint(w.Checkpoint)
+		if err != nil {
+			return "", nil, fmt.Errorf("%w: write task %s: checkpoint: %v", task.ErrInvalid, w.Task.ID, err)
+		}
+		ckpt = b
+	}
+	events, err := encodeEvents(w.Events)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: write task %s: %v", task.ErrInvalid, w.Task.ID, err)
+	}
+	return ckpt, events, nil
+}
+
+// encodeEvent returns ev's stored (JSON) form.
+func encodeEvent(ev task.Event) (string, error) {
+	b, err := appendEvent(nil, ev)
+	return string(b), err
+}
+
+// decodeEvent returns the event of a stored (JSON) form, as it comes back
+// from Redis.
+func decodeEvent(s string) task.Event {
+	var ev task.Event
+	_ = json.Unmarshal([]byte(s), &ev)
+	return ev
+}

@@ -2,7 +2,6 @@ package repository
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -10,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
@@ -68,33 +65,33 @@ func parseFeedID(s string) (feedID, bool) {
 
 // checkFeedEvent validates what PublishEvents stores: the type and every id
 // against their allowlists (they reach log lines and clients), data that
-// encodes as JSON.
-func checkFeedEvent(i int, ev task.FeedEvent) (string, error) {
+// encodes as JSON: appended to dst (dst unchanged without data).
+func checkFeedEvent(dst []byte, i int, ev task.FeedEvent) ([]byte, error) {
 	op := func() string { return fmt.Sprintf("publish events: event %d", i) }
 	if !validFeedType(ev.Type) {
-		return "", fmt.Errorf("%w: %s: type %s must match %s", task.ErrInvalid, op(), task.Quote(ev.Type), feedTypeRe)
+		return nil, fmt.Errorf("%w: %s: type %s must match %s", task.ErrInvalid, op(), task.Quote(ev.Type), feedTypeRe)
 	}
 	if ev.PlanID != "" && !plan.ValidID(ev.PlanID) {
-		return "", fmt.Errorf("%w: %s: plan id %s", task.ErrInvalid, op(), task.Quote(ev.PlanID))
+		return nil, fmt.Errorf("%w: %s: plan id %s", task.ErrInvalid, op(), task.Quote(ev.PlanID))
 	}
 	if ev.TaskID != "" {
 		if err := checkTaskID(ev.TaskID); err != nil {
-			return "", fmt.Errorf("%s: %w", op(), err)
+			return nil, fmt.Errorf("%s: %w", op(), err)
 		}
 	}
 	if ev.TenantID != "" {
 		if err := task.CheckTenantID(ev.TenantID); err != nil {
-			return "", fmt.Errorf("%s: %w", op(), err)
+			return nil, fmt.Errorf("%s: %w", op(), err)
 		}
 	}
 	if ev.Data == nil {
-		return "", nil
+		return dst, nil
 	}
-	b, err := appendJSONValue(nil, ev.Data)
+	b, err := appendJSONValue(dst, ev.Data)
 	if err != nil {
-		return "", fmt.Errorf("%w: %s: data: %v", task.ErrInvalid, op(), err)
+		return nil, fmt.Errorf("%w: %s: data: %v", task.ErrInvalid, op(), err)
 	}
-	return string(b), nil
+	return b, nil
 }
 
 // validFeedType reports whether s matches feedTypeRe,
@@ -189,152 +186,6 @@ func shortened(ctx context.Context, wait time.Duration, until time.Time) bool {
 	return ok && wait > 0 && dl.Before(until) && errors.Is(ctx.Err(), context.DeadlineExceeded)
 }
 
-// PublishEvents appends events to the feed with XADD MAXLEN ~
-// Config.EventsMax, in one round trip (a pipeline). An event's At zero means
-// now (Config.Clock); its ID is ignored (Redis assigns it). Every event is
-// validated before anything is sent: a bad type or id is an error wrapping
-// task.ErrInvalid. After an *UnavailableError some of the events may have
-// been stored.
-func (r *Redis) PublishEvents(ctx context.Context, evs []task.FeedEvent) error {
-	if len(evs) == 0 {
-		return nil
-	}
-	// The entries' values, pointed to by the commands' arguments (no
-	// allocation per argument).
-	type entry struct{ at, data string }
-	entries := make([]entry, len(evs))
-	now := r.now()
-	for i, ev := range evs {
-		data, err := checkFeedEvent(i, ev)
-		if err != nil {
-			return err
-		}
-		at := ev.At
-		if at.IsZero() {
-			at = now
-		}
-		entries[i] = entry{at: formatTime(at), data: data}
-	}
-	key := r.keys.Events()
-	maxLen := int64(r.cfg.EventsMax)
-	pp := r.c.Pipeline()
-	for i := range evs {
-		ev, e := &evs[i], &entries[i]
-		pp.Do(ctx, "xadd", key, "maxlen", "~", &maxLen, "*", evType, &ev.Type, evAt, &e.at,
-			evPlanID, &ev.PlanID, evTaskID, &ev.TaskID, evTenantID, &ev.TenantID, evData, &e.data)
-	}
-	return wrapErr(ctx, fmt.Sprintf("publish %d events", len(evs)), execAll(ctx, pp))
-}
-
-// ReadEvents returns up to f.Limit feed events after the cursor f.After
-// ("" = from the oldest kept, "$" = only events published from now on),
-// oldest first, and the cursor to continue from: the id of the last entry
-// examined (so entries a filter skipped are not examined again), or the
-// starting cursor when there was none — never "" or "$".
-//
-// Filters (plan, tenant, type) are applied here: a filtered call examines at
-// most FeedScanFactor × Limit entries. With wait > 0 it blocks (XREAD BLOCK)
-// until an event that matches arrives or wait has passed; the read ends
-// 100ms before the context's deadline, so a deadline shorter than wait ends
-// it early with what was found. A blocking read holds one connection of the
-// client's pool for its whole wait: serve long polls from a client whose
-// pool is sized for them (go-redis lets a blocking XREAD read for its block
-// time plus 10s, whatever the client's ReadTimeout, unless the context's
-// deadline is earlier).
-//
-// Round trips: one XREAD per chunk of entries (one for an unfiltered call
-// that finds events; "$" costs one more, XREVRANGE, to fix the cursor).
-// Returns an error wrapping task.ErrInvalid for a malformed cursor or filter.
-func (r *Redis) ReadEvents(ctx context.Context, f task.FeedFilter, wait time.Duration) ([]task.FeedEvent, string, error) {
-	ff, err := checkFeedFilter(f)
-	if err != nil {
-		return nil, "", err
-	}
-	const op = "read events"
-	key := r.keys.Events()
-	cursor := f.After
-	switch cursor {
-	case "":
-		cursor = "0-0"
-	case "$":
-		last, err := r.c.XRevRangeN(ctx, key, "+", "-", 1).Result()
-		if err != nil {
-			return nil, "", wrapErr(ctx, op, err)
-		}
-		cursor = "0-0"
-		if len(last) > 0 {
-			cursor = last[0].ID
-		}
-	}
-	until := time.Now().Add(wait)
-	out := []task.FeedEvent{}
-	for scanned := 0; scanned < ff.budget; {
-		count := ff.chunk(len(out), scanned)
-		args := &redis.XReadArgs{Streams: []string{key, cursor}, Count: int64(count), Block: -1}
-		if wait > 0 && len(out) == 0 {
-			if b := blockFor(ctx, until); b > 0 {
-				args.Block = b
-			}
-		}
-		res, err := r.c.XRead(ctx, args).Result()
-		if errors.Is(err, redis.Nil) {
-			if args.Block > 0 {
-				continue // blocked without an entry: the loop ends when the wait is over
-			}
-			break
-		}
-		if err != nil {
-			if shortened(ctx, wait, until) {
-				// The caller's deadline, set inside the wait, ended it:
-				// the margin above was eaten by a stalled process or a
-				// slow reply. That is the end of the wait, not an outage.
-				return out, cursor, nil
-			}
-			return nil, "", wrapErr(ctx, op, err)
-		}
-		var msgs []redis.XMessage
-		if len(res) > 0 {
-			msgs = res[0].Messages
-		}
-		for _, msg := range msgs {
-			scanned++
-			cursor = msg.ID
-			ev, err := decodeFeedEvent(key, msg)
-			if err != nil {
-				return nil, "", err
-			}
-			if ff.match(ev) {
-				out = append(out, ev)
-				if len(out) == ff.limit {
-					return out, cursor, nil
-				}
-			}
-		}
-		if len(msgs) < count && (wait <= 0 || len(out) > 0) {
-			break // the stream has no more entries
-		}
-	}
-	return out, cursor, nil
-}
-
-func decodeFeedEvent(key string, msg redis.XMessage) (task.FeedEvent, error) {
-	str := func(f string) string { s, _ := msg.Values[f].(string); return s }
-	ev := task.FeedEvent{ID: msg.ID, Type: str(evType), PlanID: str(evPlanID), TaskID: str(evTaskID), TenantID: str(evTenantID)}
-	if s := str(evAt); s != "" {
-		at, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return ev, fmt.Errorf("%w: %s entry %s field at = %s: %v", ErrCorrupt, key, msg.ID, task.Quote(s), err)
-		}
-		ev.At = at
-	}
-	if s := str(evData); s != "" {
-		if err := json.Unmarshal([]byte(s), &ev.Data); err != nil {
-			return ev, fmt.Errorf("%w: %s entry %s field data: %v", ErrCorrupt, key, msg.ID, err)
-		}
-	}
-	return ev, nil
-}
-
 // ---- memory ----------------------------------------------------------------
 
 // memFeed is the memory store's event feed: a bounded ring (trimmed to
@@ -361,7 +212,7 @@ func (m *Memory) PublishEvents(_ context.Context, evs []task.FeedEvent) error {
 	copies := make([]task.FeedEvent, len(evs))
 	now := m.cfg.Clock()
 	for i, ev := range evs {
-		if _, err := checkFeedEvent(i, ev); err != nil {
+		if _, err := checkFeedEvent(nil, i, ev); err != nil {
 			return err
 		}
 		c := ev

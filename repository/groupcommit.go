@@ -73,20 +73,21 @@ const (
 	reqDropped
 )
 
-// batcher groups concurrent requests into shared pipelines: a request that
-// finds fewer than senders pipelines in flight is sent at once from its
-// caller's goroutine; requests arriving meanwhile queue and go together in
-// the next pipeline (up to max of them, no timer). sendNow sends a batch in
-// one pipeline and sets every request's answers (or err). Task writes and
-// tenant reads each have one.
+// batcher groups concurrent requests into shared pipelines, one pipeline in
+// flight at a time: a request that finds none in flight is sent at once from
+// its caller's goroutine; requests arriving meanwhile queue and go together
+// in the next pipeline (up to max of them, no timer). One in flight keeps
+// the batches large; two measured the same (Redis is busy with the other
+// round trips of the tasks meanwhile). sendNow sends a batch in one pipeline
+// and sets every request's answers (or err). Task writes and tenant reads
+// each have one.
 type batcher[R interface{ pend() *pending }] struct {
 	max     int
-	senders int
 	sendNow func(ctx context.Context, reqs []R)
 
-	mu       sync.Mutex
-	inFlight int
-	queue    []R
+	mu      sync.Mutex
+	sending bool
+	queue   []R
 }
 
 // writeBatcher queues the writes that arrive while a pipeline of writes is
@@ -107,9 +108,9 @@ func (r *Redis) send(req *writeReq) error {
 func (b *batcher[R]) do(req R) error {
 	p := req.pend()
 	b.mu.Lock()
-	if b.inFlight < b.senders {
+	if !b.sending {
 		// Nothing in flight: send at once, from this goroutine.
-		b.inFlight++
+		b.sending = true
 		b.mu.Unlock()
 		p.state.Store(reqTaken)
 		b.sendNow(p.ctx, []R{req})
@@ -141,7 +142,7 @@ func (b *batcher[R]) handOff() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
-		b.inFlight--
+		b.sending = false
 		return
 	}
 	go b.loop()
@@ -152,7 +153,7 @@ func (b *batcher[R]) loop() {
 	for {
 		b.mu.Lock()
 		if len(b.queue) == 0 {
-			b.inFlight--
+			b.sending = false
 			b.mu.Unlock()
 			return
 		}
@@ -185,11 +186,11 @@ func (b *batcher[R]) queued() int {
 	return len(b.queue)
 }
 
-// busy reports whether every sender is in flight (tests).
+// busy reports whether a pipeline is in flight (tests).
 func (b *batcher[R]) busy() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.inFlight == b.senders
+	return b.sending
 }
 
 // batchContext returns the context a shared pipeline is sent with: no
@@ -290,11 +291,6 @@ func (r *Redis) sendNow(ctx context.Context, reqs []*writeReq) {
 	}
 }
 
-// writeSenders is how many pipelines of task writes may be in flight at
-// once. One keeps the batches large; two measured the same (Redis is busy
-// with the other round trips of the tasks meanwhile).
-const writeSenders = 1
-
 // Group commit of tenant reads.
 //
 // The reads of a tenant query — the index, the task record and the
@@ -316,12 +312,8 @@ type readReq struct {
 
 type readBatcher = batcher[*readReq]
 
-// readBatchMax is the most queries' reads one shared pipeline carries;
-// readSenders is how many pipelines of reads may be in flight at once.
-const (
-	readBatchMax = 128
-	readSenders  = 1
-)
+// readBatchMax is the most queries' reads one shared pipeline carries.
+const readBatchMax = 128
 
 // readPipe sends cmds in one pipeline — shared with the reads of
 // concurrent queries unless Config.NoReadBatching — and returns a

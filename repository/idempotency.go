@@ -2,14 +2,9 @@ package repository
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
-
-	"github.com/deploycoord/deploycoord/task"
 )
 
 // Limits of the idempotency store.
@@ -29,30 +24,6 @@ var (
 	// by another request) before the first request finished.
 	ErrIdempotencyLost = errors.New("repository: idempotency claim lost")
 )
-
-// scopeRe is the alphabet of an idempotency scope (an API token name).
-var scopeRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
-// Idempotency returns {p}idem:<scope>:{<hex sha256(key)>}, where the first
-// answer to requests sent with an idempotency key is kept (STRING). The
-// scope (the client's token name) must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$;
-// the key, chosen by the client, reaches Redis only as its SHA-256, so any
-// byte string of 1..IdempotencyKeyMax bytes is safe. The hash tag is the
-// key's hash, not the scope: no script touches two of these keys, and one
-// busy client's keys spread over the cluster's slots.
-//
-// It belongs in keys.go with the other keys (moved there by whoever owns
-// that file); it sits here so the idempotency store is one file.
-func (k Keys) Idempotency(scope, key string) (string, error) {
-	if !scopeRe.MatchString(scope) {
-		return "", fmt.Errorf("%w: scope %s must match %s", ErrIdempotencyInvalid, task.Quote(scope), scopeRe)
-	}
-	if key == "" || len(key) > IdempotencyKeyMax {
-		return "", fmt.Errorf("%w: key of %d bytes, want 1..%d", ErrIdempotencyInvalid, len(key), IdempotencyKeyMax)
-	}
-	sum := sha256.Sum256([]byte(key))
-	return k.prefix + "idem:" + scope + ":{" + hex.EncodeToString(sum[:]) + "}", nil
-}
 
 // Idempotency keeps the first answer to requests sent with an idempotency
 // key (HTTP header Idempotency-Key), in Redis, so a repeat sent to any

@@ -1,6 +1,8 @@
 package repository
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -62,29 +64,58 @@ func checkTenantTask(tenantID, taskID string) error {
 	return checkTaskID(taskID)
 }
 
+// The layout, one builder per kind of key: every key is built by these
+// appenders, the single keys below and the grouped keys of a plan or task
+// (planKeys, taskKeys) alike. They do not check the ids.
+
+func (k Keys) appendPlan(b []byte, planID string) []byte {
+	return append(append(append(append(b, k.prefix...), "plan:{"...), planID...), '}')
+}
+
+func (k Keys) appendTask(b []byte, tenantID, taskID string) []byte {
+	return append(append(append(append(append(b, k.prefix...), "task:{"...), tenantID...), "}:"...), taskID...)
+}
+
+func (k Keys) appendCheckpoint(b []byte, tenantID, taskID string) []byte {
+	return append(append(append(append(append(b, k.prefix...), "ckpt:{"...), tenantID...), "}:"...), taskID...)
+}
+
+func (k Keys) appendTaskRef(b []byte, taskID string) []byte {
+	return append(append(append(append(b, k.prefix...), "taskref:{"...), taskID...), '}')
+}
+
+func (k Keys) appendTenant(b []byte, kind, tenantID string) []byte {
+	return append(append(append(append(append(b, k.prefix...), kind...), ":tenant:{"...), tenantID...), '}')
+}
+
+const (
+	suffixTasks    = ":tasks"
+	suffixCounts   = ":counts"
+	suffixTimeline = ":timeline"
+	suffixHistory  = ":history"
+)
+
+// plan and index are the unchecked single keys, for ids read from Redis.
+func (k Keys) plan(planID string) string    { return string(k.appendPlan(nil, planID)) }
+func (k Keys) index(tenantID string) string { return string(k.appendTenant(nil, "index", tenantID)) }
+
 // Plan returns {p}plan:{planId}, the plan record (HASH).
 func (k Keys) Plan(planID string) (string, error) {
-	if err := checkPlanID(planID); err != nil {
-		return "", err
-	}
-	return k.plan(planID), nil
+	pk, err := k.planKeys(planID)
+	return pk.plan, err
 }
 
 // PlanTasks returns {p}plan:{planId}:tasks, the plan's task ids in plan order (LIST).
 func (k Keys) PlanTasks(planID string) (string, error) {
-	if err := checkPlanID(planID); err != nil {
-		return "", err
-	}
-	return k.plan(planID) + ":tasks", nil
+	pk, err := k.planKeys(planID)
+	return pk.tasks, err
 }
 
 // PlanCounts returns {p}plan:{planId}:counts, the plan's counts per task
 // status, running tasks per owner and the per-task ledger (HASH).
 func (k Keys) PlanCounts(planID string) (string, error) {
-	if err := checkPlanID(planID); err != nil {
-		return "", err
-	}
-	return k.plan(planID) + ":counts", nil
+	pk, err := k.planKeys(planID)
+	return pk.counts, err
 }
 
 // Plans returns {p}plans, every plan id scored by creation time in Unix
@@ -97,7 +128,7 @@ func (k Keys) Task(tenantID, taskID string) (string, error) {
 	if err := checkTenantTask(tenantID, taskID); err != nil {
 		return "", err
 	}
-	return k.task(tenantID, taskID), nil
+	return string(k.appendTask(nil, tenantID, taskID)), nil
 }
 
 // Timeline returns {p}task:{tenantId}:<taskId>:timeline, the task's bounded
@@ -106,7 +137,7 @@ func (k Keys) Timeline(tenantID, taskID string) (string, error) {
 	if err := checkTenantTask(tenantID, taskID); err != nil {
 		return "", err
 	}
-	return k.task(tenantID, taskID) + ":timeline", nil
+	return string(append(k.appendTask(nil, tenantID, taskID), suffixTimeline...)), nil
 }
 
 // Checkpoint returns {p}ckpt:{tenantId}:<taskId>, the task's checkpoint JSON (STRING).
@@ -114,7 +145,7 @@ func (k Keys) Checkpoint(tenantID, taskID string) (string, error) {
 	if err := checkTenantTask(tenantID, taskID); err != nil {
 		return "", err
 	}
-	return k.prefix + "ckpt:{" + tenantID + "}:" + taskID, nil
+	return string(k.appendCheckpoint(nil, tenantID, taskID)), nil
 }
 
 // TaskRef returns {p}taskref:{taskId}, the tenant id of a task (STRING), to
@@ -123,7 +154,7 @@ func (k Keys) TaskRef(taskID string) (string, error) {
 	if err := checkTaskID(taskID); err != nil {
 		return "", err
 	}
-	return k.prefix + "taskref:{" + taskID + "}", nil
+	return string(k.appendTaskRef(nil, taskID)), nil
 }
 
 // Index returns {p}index:tenant:{tenantId}, the id of the newest task created
@@ -141,7 +172,7 @@ func (k Keys) History(tenantID string) (string, error) {
 	if err := task.CheckTenantID(tenantID); err != nil {
 		return "", err
 	}
-	return k.index(tenantID) + ":history", nil
+	return string(append(k.appendTenant(nil, "index", tenantID), suffixHistory...)), nil
 }
 
 // Lock returns {p}lock:tenant:{tenantId}, the tenant lock (STRING, written by
@@ -150,7 +181,7 @@ func (k Keys) Lock(tenantID string) (string, error) {
 	if err := task.CheckTenantID(tenantID); err != nil {
 		return "", err
 	}
-	return k.prefix + "lock:tenant:{" + tenantID + "}", nil
+	return string(k.appendTenant(nil, "lock", tenantID)), nil
 }
 
 // Fence returns {p}fence:tenant:{tenantId}, the tenant's fencing counter
@@ -159,11 +190,32 @@ func (k Keys) Fence(tenantID string) (string, error) {
 	if err := task.CheckTenantID(tenantID); err != nil {
 		return "", err
 	}
-	return k.prefix + "fence:tenant:{" + tenantID + "}", nil
+	return string(k.appendTenant(nil, "fence", tenantID)), nil
 }
 
-// Events returns {p}events, the bounded event feed (STREAM, trimmed to about
-// Config.EventsMax entries).
+// scopeRe is the alphabet of an idempotency scope (an API token name).
+var scopeRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// Idempotency returns {p}idem:<scope>:{<hex sha256(key)>}, where the first
+// answer to requests sent with an idempotency key is kept (STRING). The
+// scope (the client's token name) must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$;
+// the key, chosen by the client, reaches Redis only as its SHA-256, so any
+// byte string of 1..IdempotencyKeyMax bytes is safe. The hash tag is the
+// key's hash, not the scope: no script touches two of these keys, and one
+// busy client's keys spread over the cluster's slots.
+func (k Keys) Idempotency(scope, key string) (string, error) {
+	if !scopeRe.MatchString(scope) {
+		return "", fmt.Errorf("%w: scope %s must match %s", ErrIdempotencyInvalid, task.Quote(scope), scopeRe)
+	}
+	if key == "" || len(key) > IdempotencyKeyMax {
+		return "", fmt.Errorf("%w: key of %d bytes, want 1..%d", ErrIdempotencyInvalid, len(key), IdempotencyKeyMax)
+	}
+	sum := sha256.Sum256([]byte(key))
+	return k.prefix + "idem:" + scope + ":{" + hex.EncodeToString(sum[:]) + "}", nil
+}
+
+// Events returns {p}events, the bounded event feed (STREAM, an entry per batch
+// of events, trimmed to the newest Config.EventsMax events).
 func (k Keys) Events() string { return k.prefix + "events" }
 
 // Instances returns {p}instances, every coordinator instance id scored by its
@@ -187,14 +239,6 @@ func checkInstanceID(id string) error {
 	return nil
 }
 
-func (k Keys) plan(planID string) string { return k.prefix + "plan:{" + planID + "}" }
-
-func (k Keys) task(tenantID, taskID string) string {
-	return k.prefix + "task:{" + tenantID + "}:" + taskID
-}
-
-func (k Keys) index(tenantID string) string { return k.prefix + "index:tenant:{" + tenantID + "}" }
-
 // planKeys are the keys of one plan, all in the plan's slot.
 type planKeys struct {
 	plan, tasks, counts string
@@ -205,14 +249,12 @@ func (k Keys) planKeys(planID string) (planKeys, error) {
 		return planKeys{}, err
 	}
 	// One allocation: "<plan>:tasks<plan>:counts", the keys are slices of it.
-	n := len(k.prefix) + len("plan:{}") + len(planID)
-	b := make([]byte, 0, 2*n+len(":tasks:counts"))
-	for _, suffix := range []string{":tasks", ":counts"} {
-		b = append(append(append(append(b, k.prefix...), "plan:{"...), planID...), '}')
-		b = append(b, suffix...)
-	}
+	b := make([]byte, 0, 2*(len(k.prefix)+len("plan:{}")+len(planID))+len(suffixTasks+suffixCounts))
+	b = append(k.appendPlan(b, planID), suffixTasks...)
+	n := len(b) - len(suffixTasks)
+	b = append(k.appendPlan(b, planID), suffixCounts...)
 	s := unsafe.String(unsafe.SliceData(b), len(b))
-	tasksEnd := n + len(":tasks")
+	tasksEnd := n + len(suffixTasks)
 	return planKeys{plan: s[:n], tasks: s[:tasksEnd], counts: s[tasksEnd:]}, nil
 }
 
@@ -231,22 +273,22 @@ func (k Keys) taskKeys(tenantID, taskID string) (taskKeys, error) {
 	// <task>:timeline <ckpt> <lock> <index>:history <ref>.
 	p := k.prefix
 	b := make([]byte, 0, 5*len(p)+4*len(tenantID)+3*len(taskID)+
-		len("task:{}::timeline")+len("ckpt:{}:")+len("lock:tenant:{}")+len("index:tenant:{}:history")+len("taskref:{}"))
+		len("task:{}:"+suffixTimeline)+len("ckpt:{}:")+len("lock:tenant:{}")+len("index:tenant:{}"+suffixHistory)+len("taskref:{}"))
 	var tk taskKeys
 	var cuts [6]int
-	b = append(append(append(append(append(b, p...), "task:{"...), tenantID...), "}:"...), taskID...)
+	b = k.appendTask(b, tenantID, taskID)
 	cuts[0] = len(b)
-	b = append(b, ":timeline"...)
+	b = append(b, suffixTimeline...)
 	cuts[1] = len(b)
-	b = append(append(append(append(append(b, p...), "ckpt:{"...), tenantID...), "}:"...), taskID...)
+	b = k.appendCheckpoint(b, tenantID, taskID)
 	cuts[2] = len(b)
-	b = append(append(append(append(b, p...), "lock:tenant:{"...), tenantID...), '}')
+	b = k.appendTenant(b, "lock", tenantID)
 	cuts[3] = len(b)
-	b = append(append(append(append(b, p...), "index:tenant:{"...), tenantID...), '}')
+	b = k.appendTenant(b, "index", tenantID)
 	cuts[4] = len(b)
-	b = append(b, ":history"...)
+	b = append(b, suffixHistory...)
 	cuts[5] = len(b)
-	b = append(append(append(append(b, p...), "taskref:{"...), taskID...), '}')
+	b = k.appendTaskRef(b, taskID)
 	s := unsafe.String(unsafe.SliceData(b), len(b))
 	tk.id = taskID
 	tk.task, tk.timeline = s[:cuts[0]], s[:cuts[1]]

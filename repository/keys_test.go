@@ -34,6 +34,7 @@ func TestKeysLayout(t *testing.T) {
 			"events":     "executor:events",
 			"instances":  "executor:instances",
 			"instance":   "executor:instance:{coord-a}",
+			"idem":       "executor:idem:api-1:{2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae}",
 		}},
 		{"prod:executor:", map[string]string{
 			"plan":  "prod:executor:plan:{" + planID + "}",
@@ -70,6 +71,30 @@ func TestKeysLayout(t *testing.T) {
 			"events":     k.Events(),
 			"instances":  k.Instances(),
 			"instance":   must(k.Instance("coord-a")),
+			"idem":       must(k.Idempotency("api-1", "foo")),
+		}
+		// The grouped keys the scripts get (one allocation each) are the
+		// same keys.
+		pk, err := k.planKeys(planID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk, err := k.taskKeys(tenant, taskID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grouped := map[string]string{
+			"plan": pk.plan, "planTasks": pk.tasks, "planCounts": pk.counts,
+			"task": tk.task, "timeline": tk.timeline, "ckpt": tk.ckpt, "lock": tk.lock, "index": tk.index,
+			"history": tk.history, "taskref": tk.ref,
+		}
+		for name, g := range grouped {
+			if g != got[name] {
+				t.Errorf("prefix %q: grouped %s key = %q, single %q", tt.prefix, name, g, got[name])
+			}
+		}
+		if k.plan(planID) != got["plan"] || k.index(tenant) != got["index"] {
+			t.Errorf("prefix %q: unchecked plan/index keys %q %q", tt.prefix, k.plan(planID), k.index(tenant))
 		}
 		for name, want := range tt.want {
 			if got[name] != want {

@@ -107,7 +107,7 @@ const (
 )
 
 // mutableFields are the record fields every write sets, in the order of
-// taskWrite.vals.
+// EncodedWrite.vals.
 var mutableFields = [...]string{
 	fStatus, fAttempt, fStageIndex, fStageName, fLastError, fReason, fOwner,
 	fHeartbeatAt, fStartedAt, fFinishedAt, fUpdatedAt, fStageStartedAt,

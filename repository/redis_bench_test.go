@@ -173,9 +173,26 @@ func (e *benchEnv) start(b *testing.B, t *task.Task, g task.Guard) {
 
 // BenchmarkWriteTaskStage is one stage transition of a RUNNING task: record,
 // checkpoint (five stages done) and two timeline entries in write_task.lua,
-// the counts left alone. Budget: 1 round trip.
+// the counts left alone. Budget: 1 round trip. writes=delta sends the
+// fields that changed (the default), writes=full every field
+// (Config.FullWrites).
 func BenchmarkWriteTaskStage(b *testing.B) {
+	for _, full := range []bool{false, true} {
+		name := "writes=delta"
+		if full {
+			name = "writes=full"
+		}
+		b.Run(name, func(b *testing.B) { benchWriteTaskStage(b, full) })
+	}
+}
+
+func benchWriteTaskStage(b *testing.B, full bool) {
 	e := newBenchEnv(b)
+	store, err := repository.NewRedis(e.client, repository.Config{Prefix: "bench:", FullWrites: full})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e.store = store
 	_, tasks := e.createPlan(b, 1)
 	t := tasks[0]
 	g := e.lock(b, t.TenantID, 1)

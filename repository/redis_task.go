@@ -28,29 +28,25 @@ import (
 //
 // The stored fence becomes w.Guard.Fence. After an *UnavailableError the
 // outcome is unknown: read the task (its Seq tells whether the write landed).
+//
+// Sending the same write again with the same id (task.Write.ID) succeeds
+// without writing twice as long as no other write has been made to the task
+// since (the Dual store's write-behind replays rely on it).
 func (r *Redis) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, error) {
-	return r.writeTask(ctx, w, writeIDOf(w))
-}
-
-// writeTask is WriteTask with the write id given: sending the same write
-// again with the same id succeeds without writing twice as long as no other
-// write has been made to the task since (the Dual store's write-behind
-// replays rely on it).
-func (r *Redis) writeTask(ctx context.Context, w task.Write, writeID string) (task.WriteResult, error) {
-	if err := checkWrite(w); err != nil {
-		return task.WriteResult{}, err
-	}
-	tw, err := encodeTaskWrite(w)
+	tw, err := EncodeWrite(w)
 	if err != nil {
 		return task.WriteResult{}, err
 	}
-	return r.writeEncoded(ctx, tw, writeID)
+	return r.WriteEncoded(ctx, tw)
 }
 
-// taskWrite is a checked task write encoded once, for the Redis scripts and
-// for the memory half of the Dual store.
-type taskWrite struct {
+// EncodedWrite is a checked task write encoded once (EncodeWrite): the Dual
+// store sends it to Redis (Redis.WriteEncoded) and applies the same encoded
+// form to memory (Memory.MirrorWrite).
+type EncodedWrite struct {
 	w task.Write
+	// id is the write's id: w.ID, or a new one.
+	id string
 	// ckpt is the checkpoint JSON, "" to keep it, "-" to delete it.
 	ckpt   string
 	events []string
@@ -62,11 +58,15 @@ type taskWrite struct {
 	fence, expect, timelineMax, ttl, nFields, newSeq int64
 }
 
-// encodeTaskWrite encodes a checked write.
-func encodeTaskWrite(w task.Write) (*taskWrite, error) {
+// EncodeWrite checks w (the errors of WriteTask for bad input) and encodes
+// it. Its id is w.ID, or a new one when w.ID is empty (ID).
+func EncodeWrite(w task.Write) (*EncodedWrite, error) {
+	if err := checkWrite(w); err != nil {
+		return nil, err
+	}
 	t := w.Task
 	op := "write task " + t.ID
-	tw := &taskWrite{w: w, moving: movesCounts(w), vals: mutableValues(t), fence: w.Guard.Fence, expect: w.ExpectSeq}
+	tw := &EncodedWrite{w: w, id: writeIDOf(w), moving: movesCounts(w), vals: mutableValues(t), fence: w.Guard.Fence, expect: w.ExpectSeq}
 	var err error
 	if tw.fixed, err = fixedOf(t); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", task.ErrInvalid, op, err)
@@ -77,17 +77,40 @@ func encodeTaskWrite(w task.Write) (*taskWrite, error) {
 	return tw, nil
 }
 
+// ID returns the write's id (task.Write.ID): sending the write again with
+// it does not apply it twice.
+func (tw *EncodedWrite) ID() string { return tw.id }
+
 // scriptArgs returns write_task.lua's arguments; full sends the fixed
-// fields themselves instead of their digest.
-func (tw *taskWrite) scriptArgs(writeID *string, full bool) []any {
+// fields themselves instead of their digest; a base (not full) sends only
+// the mutable fields that differ from it, and heartbeatAt (delta.go).
+func (tw *EncodedWrite) scriptArgs(writeID *string, full bool, base *ackWrite) []any {
+	if full {
+		base = nil
+	}
 	n := len(mutableFields) + 1
 	if full {
 		n += 4
 	}
-	tw.nFields = int64(n)
 	args := make([]any, 0, 10+2*n+len(tw.events))
 	args = append(args, &tw.w.Guard.LockValue, &tw.fence, &tw.expect, writeID, &tw.ckpt,
 		flag(tw.w.ClearRequests), flag(tw.w.ReleaseLock), &tw.timelineMax, &tw.ttl, &tw.nFields)
+	if base != nil {
+		n = 1
+		for i, name := range mutableFields {
+			if tw.vals[i] != base.vals[i] || name == fHeartbeatAt {
+				args = append(args, name, &tw.vals[i])
+				n++
+			}
+		}
+		args = append(args, checkPrevWrite, &base.id)
+		tw.nFields = int64(n)
+		for i := range tw.events {
+			args = append(args, &tw.events[i])
+		}
+		return args
+	}
+	tw.nFields = int64(n)
 	for i, name := range mutableFields {
 		args = append(args, name, &tw.vals[i])
 	}
@@ -104,8 +127,9 @@ func (tw *taskWrite) scriptArgs(writeID *string, full bool) []any {
 	return args
 }
 
-// writeEncoded sends an encoded write (see WriteTask).
-func (r *Redis) writeEncoded(ctx context.Context, tw *taskWrite, writeID string) (task.WriteResult, error) {
+// WriteEncoded sends an encoded write (see WriteTask).
+func (r *Redis) WriteEncoded(ctx context.Context, tw *EncodedWrite) (task.WriteResult, error) {
+	writeID := tw.id
 	t := tw.w.Task
 	op := "write task " + t.ID
 	tk, _ := r.keys.taskKeys(t.TenantID, t.ID)
@@ -113,7 +137,7 @@ func (r *Redis) writeEncoded(ctx context.Context, tw *taskWrite, writeID string)
 	req := &writeReq{
 		pending: pending{ctx: ctx},
 		wKeys:   []string{tk.task, tk.ckpt, tk.timeline, tk.lock, tk.index, tk.history},
-		wArgs:   tw.scriptArgs(&writeID, false),
+		wArgs:   tw.scriptArgs(&writeID, false, r.last.base(tw)),
 	}
 	var pk planKeys
 	if tw.moving {
@@ -129,6 +153,18 @@ func (r *Redis) writeEncoded(ctx context.Context, tw *taskWrite, writeID string)
 			req.ref = tk.ref
 		}
 	}
+	res, err := r.sendWrite(ctx, op, tw, req, tk, pk)
+	if err != nil {
+		r.last.forget(t.ID)
+	} else {
+		r.last.acked(tw)
+	}
+	return res, err
+}
+
+// sendWrite sends a write's request and reads its answers (WriteEncoded).
+func (r *Redis) sendWrite(ctx context.Context, op string, tw *EncodedWrite, req *writeReq, tk taskKeys, pk planKeys) (task.WriteResult, error) {
+	writeID, t := tw.id, tw.w.Task
 	if err := r.send(req); err != nil {
 		return task.WriteResult{}, wrapErr(ctx, op, err)
 	}
@@ -137,9 +173,11 @@ func (r *Redis) writeEncoded(ctx context.Context, tw *taskWrite, writeID string)
 		return task.WriteResult{}, wrapErr(ctx, op, err)
 	}
 	if len(v) > 0 && replyInt(v[0]) == 2 {
-		// The fixed fields changed (or the record has no digest): the same
-		// write again with them. The counts update of the first attempt stands.
-		again := &writeReq{pending: pending{ctx: ctx}, wKeys: req.wKeys, wArgs: tw.scriptArgs(&writeID, true)}
+		// The fixed fields changed (or the record has no digest), or the
+		// record no longer carries the write a delta was relative to: the
+		// same write again, whole. The counts update of the first attempt
+		// stands.
+		again := &writeReq{pending: pending{ctx: ctx}, wKeys: req.wKeys, wArgs: tw.scriptArgs(&writeID, true, nil)}
 		if err := r.send(again); err != nil {
 			return task.WriteResult{}, wrapErr(ctx, op, err)
 		}
@@ -224,8 +262,14 @@ func checkRequest(req task.Request) error {
 // pause request on a task of any status. One round trip. Returns
 // task.ErrNotFound.
 func (r *Redis) RequestTask(ctx context.Context, tenantID, taskID string, req task.Request, ev task.Event) (*task.Task, error) {
-	t, _, err := r.requestTask(ctx, tenantID, taskID, req, ev)
+	t, _, err := r.RequestTaskApplied(ctx, tenantID, taskID, req, ev)
 	return t, err
+}
+
+// RequestTaskApplied is RequestTask, and reports whether the request was
+// stored (the Dual store mirrors only what was).
+func (r *Redis) RequestTaskApplied(ctx context.Context, tenantID, taskID string, req task.Request, ev task.Event) (*task.Task, bool, error) {
+	return r.requestTask(ctx, tenantID, taskID, req, ev)
 }
 
 func (r *Redis) requestTask(ctx context.Context, tenantID, taskID string, req task.Request, ev task.Event) (*task.Task, bool, error) {
@@ -292,51 +336,6 @@ func (r *Redis) Beat(ctx context.Context, tenantID, taskID string, g task.Guard,
 		return nil
 	}
 	return refusal(taskID, s)
-}
-
-// TaskByTenant returns the tenant's current task (the newest created for it)
-// and its checkpoint (nil if none). Returns task.ErrNotFound. Two round
-// trips — the index, then the record and checkpoint — or one when the store
-// remembers the task the index named at the tenant's last query (see
-// Config.TenantHints): the index and that task's record and checkpoint go
-// in one pipeline, and the answer stands if the index still names it.
-func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, *checkpoint.Checkpoint, error) {
-	op := "get task of tenant " + tenantID
-	k, err := r.keys.Index(tenantID)
-	if err != nil {
-		return nil, nil, fmt.Errorf("get task of tenant: %w", err)
-	}
-	// With a hint (the tenant's task id seen last) the record and the
-	// checkpoint are read in the same round trip as the index.
-	hint := r.hints.get(tenantID)
-	g := redis.NewStringCmd(ctx, "get", k)
-	cmds := append(make([]redis.Cmder, 0, 3), g)
-	var tk taskKeys
-	var h *redis.MapStringStringCmd
-	var c *redis.StringCmd
-	if hint != "" {
-		tk, _ = r.keys.taskKeys(tenantID, hint)
-		h, c = redis.NewMapStringStringCmd(ctx, "hgetall", tk.task), redis.NewStringCmd(ctx, "get", tk.ckpt)
-		cmds = append(cmds, h, c)
-	}
-	if err := r.readPipe(ctx, cmds...); err != nil {
-		return nil, nil, wrapErr(ctx, op, err)
-	}
-	id, err := g.Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		r.hints.forget(tenantID)
-		return nil, nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
-	case err != nil:
-		return nil, nil, wrapErr(ctx, op, err)
-	case hint != "" && id == hint:
-		return decodeLoaded(ctx, op, tk, h, c)
-	case !task.ValidID(id):
-		r.hints.forget(tenantID)
-		return nil, nil, fmt.Errorf("%w: %s holds %s, not a task id", ErrCorrupt, k, task.Quote(id))
-	}
-	r.hints.put(tenantID, id)
-	return r.loadTask(ctx, op, tenantID, id)
 }
 
 // Task returns a task by id and its checkpoint (nil if none): two round

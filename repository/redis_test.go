@@ -287,13 +287,13 @@ func TestRedisWriteReplayIsIdempotent(t *testing.T) {
 		tk := fx.tasks[0]
 		tkk, _ := e.redis.keys.taskKeys(tk.TenantID, tk.ID)
 		// The arguments a write sends (no lock, fence 0, expecting seq 0).
-		tw, err := encodeTaskWrite(task.Write{Task: tk, Events: []task.Event{{Type: task.EventStarted}}})
+		tw, err := EncodeWrite(task.Write{Task: tk, Events: []task.Event{{Type: task.EventStarted}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		tw.timelineMax, tw.ttl = 200, 60000
 		writeID := "write-1"
-		args := tw.scriptArgs(&writeID, false)
+		args := tw.scriptArgs(&writeID, false, nil)
 		keys := []string{tkk.task, tkk.ckpt, tkk.timeline, tkk.lock, tkk.index, tkk.history}
 		for i := 0; i < 2; i++ {
 			v, err := e.redis.run(ctx, writeTaskScript, keys, args...)

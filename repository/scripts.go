@@ -39,6 +39,8 @@ var (
 	claimIdempotencyLua string
 	//go:embed scripts/finish_idempotency.lua
 	finishIdempotencyLua string
+	//go:embed scripts/append_events.lua
+	appendEventsLua string
 )
 
 // script is one Lua script, run with EVALSHA and, when Redis does not know
@@ -76,12 +78,13 @@ var (
 	restoreIndexScript      = newScript("restore_index", restoreIndexLua)
 	claimIdempotencyScript  = newScript("claim_idempotency", claimIdempotencyLua)
 	finishIdempotencyScript = newScript("finish_idempotency", finishIdempotencyLua)
+	appendEventsScript      = newScript("append_events", appendEventsLua)
 
 	allScripts = []*script{
 		writeTaskScript, movePlanCountsScript, correctPlanCountsScript, repairPlanCountsScript,
 		requestTaskScript, beatTaskScript, updatePlanScript, createPlanScript, pushPlanTasksScript,
 		listPlanTasksScript, restoreIndexScript, claimIdempotencyScript, finishIdempotencyScript,
-		searchPlanTasksScript, searchPruneScript, reindexPlanScript,
+		appendEventsScript, searchPlanTasksScript, searchPruneScript, reindexPlanScript,
 	}
 )
 

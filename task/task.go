@@ -44,7 +44,7 @@ func (s Status) Active() bool {
 	return s == StatusPending || s == StatusRunning || s == StatusPaused
 }
 
-// transitions is the status machine (DESIGN §2). Beyond the design's diagram:
+// transitions is the status machine (docs/architecture.md). Beyond the design's diagram:
 // PENDING → CANCELLED (a plan cancelled before the task's turn) and
 // PENDING → FAILED (the task could not start: its tenant is locked), and
 // PAUSED → CANCELLED. FAILED, PAUSED and CANCELLED go back to RUNNING only

@@ -12,7 +12,7 @@ import (
 )
 
 // documented is the status table written out from the comment on
-// task.transitions (DESIGN §2 plus the documented extensions), independently
+// task.transitions (docs/architecture.md plus the documented extensions), independently
 // of the code under test.
 var documented = map[task.Status][]task.Status{
 	task.StatusPending:   {task.StatusRunning, task.StatusCancelled, task.StatusFailed},

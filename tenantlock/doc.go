@@ -2,7 +2,7 @@
 // who holds a lock (Holder), a view of one (Info), and the errors a locker
 // returns. One lock per tenant is held while the tenant's task runs, with a
 // lease that its holder renews and a fencing token that every task and
-// checkpoint write carries (DESIGN §2 "Tenant lock", §5).
+// checkpoint write carries (docs/architecture.md).
 //
 // The package imports only the standard library. The lock itself — on Redis
 // with redsync and go-redis, or in process for single-instance mode — is

@@ -85,7 +85,7 @@ type MismatchError struct {
 }
 
 func (e *MismatchError) Error() string {
-	return fmt.Sprintf("tenant %s: lock fence is %d, not %d: it changed hands", e.Current.TenantID, e.Current.Fence, e.Expected)
+	return fmt.Sprintf("tenant %s: lock fence is %d, expected %d was given", e.Current.TenantID, e.Current.Fence, e.Expected)
 }
 
 // Is makes errors.Is(err, ErrFenceMismatch) match.

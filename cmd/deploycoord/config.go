@@ -64,7 +64,7 @@ type Config struct {
 	MaxInFlight    int
 	IdempotencyTTL time.Duration
 
-	// SingleInstance selects the single-instance mode (DESIGN §5): tenant
+	// SingleInstance selects the single-instance mode (docs/architecture.md): tenant
 	// locks in process memory and writes queued in memory while Redis is
 	// unreachable. Safe only with exactly one instance per Redis and key
 	// prefix.

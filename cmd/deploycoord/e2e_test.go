@@ -670,7 +670,7 @@ func TestE2ECrashTakeover(t *testing.T) {
 		if !released {
 			t.Skip("the lock expired before the test released it")
 		}
-		// DESIGN §3: every operator action is recorded in the task timeline.
+		// docs/architecture.md: every operator action is recorded in the task timeline.
 		if countEv(tl.Events, task.EventLockReleased, "") != 1 {
 			t.Fatalf("lock release not in the timeline: %v", eventTypes(tl.Events))
 		}

@@ -29,7 +29,7 @@ import (
 	"github.com/deploycoord/deploycoord/task"
 )
 
-// Failure drills (DESIGN §5): the deploycoord binary as real processes,
+// Failure drills (docs/architecture.md): the deploycoord binary as real processes,
 // throwaway redis-servers that the drills pause, kill and restart, an
 // in-process toxiproxy between one instance and Redis, and an httptest
 // deployment target that records every stage call (tenant, stage,

@@ -426,7 +426,7 @@ func TestFaultRedisPausedLockWaiter(t *testing.T) {
 		t.Errorf("waiter plan after the outage: %s %v, want COMPLETED (its task is left PENDING and nobody starts it%s)", p2.Status, p2.Counts, why)
 	}
 	// The holder completes, unless the waiter's lock attempt sent during the
-	// outage took the tenant when Redis came back: then DESIGN §5 says stop
+	// outage took the tenant when Redis came back: then docs/architecture.md says stop
 	// (the task shows orphaned, an SRE retries it).
 	l, lost := a.findLog(resumed, "lease lost")
 	lost = lost && (strings.Contains(l.Raw, "another holder took the tenant") || strings.Contains(l.Raw, "the lock holds another value"))

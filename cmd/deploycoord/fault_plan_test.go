@@ -12,7 +12,7 @@ import (
 	"github.com/deploycoord/deploycoord/task"
 )
 
-// TestFaultPlanTakeover is the plan takeover drill (issue 3 item 4, API.md
+// TestFaultPlanTakeover is the plan takeover drill (issue 3 item 4, docs/api.md
 // POST /v1/plans/{id}/resume, docs/operations.md "resume"): a plan of four
 // tenants, one at a time, runs on coord-a; its first tenant is held in a
 // stage.

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/mattn/go-isatty"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
@@ -129,9 +130,17 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string) error {
 	return nil
 }
 
+// terminal reports whether w is a terminal (what answers the terminal
+// ioctl, not any character device).
+func terminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd()))
+}
+
 func newLogger(w io.Writer, c Config) zerolog.Logger {
 	if c.LogFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		// Colour codes only on a terminal: in a file or a pipe they are noise.
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !terminal(w)}
 	}
 	lvl, err := zerolog.ParseLevel(c.LogLevel)
 	if err != nil {

@@ -15,8 +15,8 @@ import (
 	"github.com/deploycoord/deploycoord/internal/redistest"
 )
 
-// The binary on the two other Redis topologies (API.md "Redis topology",
-// DESIGN §8): a 3-master Redis Cluster that the test reshards during a
+// The binary on the two other Redis topologies (docs/operations.md on Redis topologies,
+// docs/architecture.md): a 3-master Redis Cluster that the test reshards during a
 // plan, and a master with a replica behind three sentinels that the test
 // kills mid-plan. Each logs "FIGURE <test>: <what> = <value>" for
 // docs/operations.md.

@@ -37,6 +37,9 @@ const (
 	envToken       = "DEPLOYCTL_TOKEN"
 	outputTable    = "table"
 	outputJSON     = "json"
+	// outputWide is a table with more columns (tasks: heartbeat, fence,
+	// plan).
+	outputWide = "wide"
 )
 
 // usageError is a bad invocation, caught before any request: exit 2.
@@ -74,7 +77,7 @@ var globalNames = map[string]bool{"server": true, "token": true, "o": true, "out
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.server, "server", g.server, "API address (env "+envServer+", default "+serverDefault+")")
 	fs.Var(&g.token, "token", "bearer token (env "+envToken+"); never printed")
-	fs.StringVar(&g.output, "o", g.output, "output format: table or json")
+	fs.StringVar(&g.output, "o", g.output, "output format: table, wide (more columns) or json")
 	fs.StringVar(&g.output, "output", g.output, "same as -o")
 	fs.DurationVar(&g.timeout, "timeout", g.timeout, "time limit of each request")
 	fs.BoolVar(&g.verbose, "v", g.verbose, "log each request (method, URL, status, duration) to stderr")
@@ -133,6 +136,14 @@ func commandTable() []command {
 			`deployctl plan retry plan-01JDQZV5X8M7R2K9C3B4N6P0QS --status FAILED --reason "INC-1234 config server fixed"`, (*app).planRetry},
 		{"status", "--tenant ID | --tenants-file F", "Show the current task of a tenant, or of every tenant listed in a file (one id a line, # comments; - reads stdin).",
 			"deployctl status --tenant t-042", (*app).status},
+		{"history", "--tenant ID [--limit N]", "List a tenant's tasks, newest first.",
+			"deployctl history --tenant t-042", (*app).history},
+		{"checkpoint", "--tenant ID", "Show the checkpoint of a tenant's current task: completed stages and their context data.",
+			"deployctl checkpoint --tenant t-042", (*app).checkpoint},
+		{"instances", "", "List the coordinator instances seen in the last day: alive, address, version, tasks running.",
+			"deployctl instances", (*app).instances},
+		{"version", "", "Print deployctl's version and the version of each live server instance.",
+			"deployctl version", (*app).version},
 		{"timeline", "--tenant ID [--limit N]", "Show the timeline of a tenant's current task, oldest first.",
 			"deployctl timeline --tenant t-042", (*app).timeline},
 		{"retry", "--tenant ID (--from-checkpoint|--from-start|--from-stage S|--skip [--outputs JSON]) --reason R", "Retry a tenant's task in exactly one mode. --dry-run shows what would run and changes nothing.",
@@ -141,7 +152,7 @@ func commandTable() []command {
 			"deployctl lock show --tenant t-042", (*app).lockShow},
 		{"lock release", "--tenant ID --expected-fence N --reason R", "Break-glass: delete a tenant's lock if its fence is still N (read it with lock show).",
 			`deployctl lock release --tenant t-042 --expected-fence 7 --reason "INC-1234 coord-b is gone"`, (*app).lockRelease},
-		{"events", "[--follow] [--tenant ID] [--plan ID] [--type T] [--after CURSOR]", "Read the event feed; --follow long-polls forever, resuming from the last cursor (Ctrl-C ends it, exit 0).",
+		{"events", "[--follow] [--tenant ID] [--plan ID] [--type T] [--after CURSOR]", "Read the event feed; --follow long-polls forever, resuming from the last cursor (Ctrl-C ends it: exit 0, and the cursor to resume from on stderr).",
 			"deployctl events --follow --type task.failed", (*app).events},
 		{"task pause", "--tenant ID --reason R", "Ask a tenant's task to pause after its current stage.",
 			`deployctl task pause --tenant t-042 --reason "hold for INC-9"`, taskAction("pause")},
@@ -272,7 +283,7 @@ func (a *app) flagSet(c command) *flag.FlagSet {
 			fmt.Fprint(w, "\nflags:\n")
 			own.PrintDefaults()
 		}
-		fmt.Fprintf(w, "\nglobal flags: --server, --token, -o table|json, --timeout, -v (deployctl -h)\n\nexample:\n  %s\n", c.example)
+		fmt.Fprintf(w, "\nglobal flags: --server, --token, -o table|wide|json, --timeout, -v (deployctl -h)\n\nexample:\n  %s\n", c.example)
 	}
 	return fs
 }
@@ -330,9 +341,9 @@ func (a *app) setup() error {
 		g.token = secret(a.getenv(envToken))
 	}
 	switch g.output {
-	case outputTable, outputJSON:
+	case outputTable, outputJSON, outputWide:
 	default:
-		return usagef("-o %q: want table or json", g.output)
+		return usagef("-o %q: want table, wide or json", g.output)
 	}
 	if g.timeout <= 0 {
 		return usagef("--timeout must be positive")
@@ -359,6 +370,9 @@ func (a *app) setup() error {
 }
 
 func (a *app) json() bool { return a.g.output == outputJSON }
+
+// wide reports whether tables get their extra columns (-o wide).
+func (a *app) wide() bool { return a.g.output == outputWide }
 
 // exit prints err and returns the exit code it means.
 func (a *app) exit(err error) int {

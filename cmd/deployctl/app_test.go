@@ -37,7 +37,7 @@ func TestUsageErrors(t *testing.T) {
 		{"GroupWithoutSubcommand", []string{"plan"}, "plan needs a subcommand: create, show"},
 		{"UnknownSubcommand", []string{"lock", "grab"}, `unknown command "lock grab"`},
 		{"UnknownFlag", []string{"plan", "list", "--bogus"}, "flag provided but not defined: -bogus"},
-		{"BadOutput", []string{"-o", "yaml", "plan", "list"}, `-o "yaml": want table or json`},
+		{"BadOutput", []string{"-o", "yaml", "plan", "list"}, `-o "yaml": want table, wide or json`},
 		{"BadTimeout", []string{"--timeout", "0s", "plan", "list"}, "--timeout must be positive"},
 		{"BadServer", []string{"--server", "ftp://example.com", "plan", "list"}, `--server "ftp://example.com": want http(s)://host`},
 		{"PlanShowNoID", []string{"plan", "show"}, "a plan id is required"},

@@ -1,5 +1,5 @@
 // Command deployctl is the SRE's command line over the deploycoord HTTP API
-// (API.md): create and follow plans, ask what happened to a tenant, retry it
+// (docs/api.md): create and follow plans, ask what happened to a tenant, retry it
 // from its checkpoint, pause, resume or cancel work, break a stuck tenant
 // lock and follow the event feed.
 //
@@ -18,8 +18,9 @@
 // address; --token (env DEPLOYCTL_TOKEN) is sent as "Authorization: Bearer".
 // The token is never printed: not by -h (its flag has no visible value), not
 // in errors, not by -v (which logs method, URL, status and duration only).
-// -o table|json picks the output; --timeout bounds each request. Global
-// flags may come before or after the command, and flags may follow the
+// -o table|wide|json picks the output (wide: tables with more columns);
+// --timeout bounds each request. Global flags may come before or after the
+// command, and flags may follow the
 // positional arguments ("plan show ID --watch").
 //
 // # Output
@@ -55,7 +56,8 @@
 // (1s): on a terminal it redraws one progress line in place, otherwise it
 // prints a line each time the progress changes; transient errors (network,
 // 5xx) are retried up to 10 times in a row. events --follow ends only on
-// Ctrl-C (exit 0) or a 4xx answer; each long poll waits --wait (30s) on top
+// Ctrl-C (SIGINT or SIGTERM: exit 0, and "next: --after CURSOR" on stderr to
+// resume from there) or a 4xx answer; each long poll waits --wait (30s) on top
 // of --timeout, failed polls are retried with a pause growing to 30s.
 // plan retry (a bulk retry) without --yes first sends the dry run, prints
 // how many tenants and which it would retry, and asks "[y/N]" when stdin is

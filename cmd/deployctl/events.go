@@ -90,8 +90,8 @@ func (a *app) events(ctx context.Context, fs *flag.FlagSet, args []string) error
 	return nil
 }
 
-// follow long-polls the feed until ctx ends (which is success: Ctrl-C is
-// how a follow stops). Each request waits up to wait for an event and has
+// follow long-polls the feed until ctx ends (which is success, exit 0:
+// Ctrl-C is how a follow stops) and then prints the cursor to resume from. Each request waits up to wait for an event and has
 // --timeout on top of that; a failed poll is retried with a growing pause,
 // except a 4xx answer, which ends the command.
 func (a *app) follow(ctx context.Context, q url.Values, cursor string, wait time.Duration) error {
@@ -108,6 +108,7 @@ func (a *app) follow(ctx context.Context, q url.Values, cursor string, wait time
 		pause := time.Duration(0)
 		switch {
 		case ctx.Err() != nil:
+			a.resumeHint(cursor)
 			return nil
 		case err != nil && !transient(err):
 			return err
@@ -130,11 +131,22 @@ func (a *app) follow(ctx context.Context, q url.Values, cursor string, wait time
 		if pause > 0 {
 			select {
 			case <-ctx.Done():
+				a.resumeHint(cursor)
 				return nil
 			case <-time.After(pause):
 			}
 		}
 	}
+}
+
+// resumeHint tells, when a follow ends (Ctrl-C), how to go on from where it
+// stopped: on stderr, so that stdout stays the events.
+func (a *app) resumeHint(cursor string) {
+	if cursor == "" {
+		fmt.Fprintln(a.stderr, "next: no event read yet: run the same command again")
+		return
+	}
+	fmt.Fprintf(a.stderr, "next: --after %s\n", clean(cursor))
 }
 
 // eventHeader starts a table of events (not in JSON mode).

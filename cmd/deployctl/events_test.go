@@ -239,6 +239,9 @@ func TestEventsFollow(t *testing.T) {
 		if code := fl.stop(t); code != 0 {
 			t.Fatalf("exit %d after Ctrl-C, want 0; stderr:\n%s", code, fl.err.String())
 		}
+		if e := fl.err.String(); !strings.HasSuffix(e, "next: --after 5-0\n") {
+			t.Errorf("stderr after Ctrl-C = %q, want it to end with the cursor to resume from: next: --after 5-0", e)
+		}
 		qs := f.seen()
 		if len(qs) < 2 {
 			t.Fatalf("%d requests", len(qs))

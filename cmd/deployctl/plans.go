@@ -271,6 +271,10 @@ func (a *app) watch(ctx context.Context, id string, interval time.Duration) erro
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	last, failures, drawn := "", 0, false
+	// For the terminal line: the pace since the watch began (ETA) and the
+	// failing tenants, read again only when the FAILED count changes.
+	start, done0, failedSeen := time.Now(), -1, -1
+	var failing []string
 	endLine := func() {
 		if drawn {
 			fmt.Fprintln(a.stdout)
@@ -299,7 +303,19 @@ func (a *app) watch(ctx context.Context, id string, interval time.Duration) erro
 					}
 				}
 			case a.tty:
-				fmt.Fprintf(a.stdout, "\r\033[K%s", line)
+				c := p.Counts
+				done := c[task.StatusCompleted] + c[task.StatusFailed] + c[task.StatusCancelled]
+				if done0 < 0 {
+					done0 = done
+				}
+				if f := c[task.StatusFailed]; f != failedSeen {
+					failedSeen = f
+					if f > 0 {
+						failing = a.failingTenants(ctx, id, 3)
+					}
+				}
+				fitted := fitLine(p, a.termWidth()-1, eta(done0, done, p.TotalTasks, time.Since(start)), failing, failedSeen)
+				fmt.Fprintf(a.stdout, "\r\033[K%s", fitted)
 				drawn = true
 			case line != last:
 				fmt.Fprintln(a.stdout, line)

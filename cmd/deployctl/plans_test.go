@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/deploycoord/deploycoord/plan"
 )
@@ -171,8 +172,14 @@ func TestPlanWatch(t *testing.T) {
 		}
 		got := out.String()
 		draws := strings.Split(got, "\r\033[K")
-		if len(draws) < 3 || draws[0] != "" || !strings.HasSuffix(got, "100%  1/1 done  completed 1  failed 0  cancelled 0  running 0  paused 0  pending 0\n") {
+		if len(draws) < 3 || draws[0] != "" || !strings.HasSuffix(got, "COMPLETED [####################] 100% 1/1 ok 1 failed 0 running 0\n") {
 			t.Fatalf("terminal output = %q", got)
+		}
+		for _, d := range draws {
+			// Fitted to the terminal (80 columns when its width is unknown).
+			if n := utf8.RuneCountInString(strings.TrimSuffix(d, "\n")); n >= 80 {
+				t.Fatalf("a redraw of %d columns on an 80-column terminal: %q", n, d)
+			}
 		}
 		for _, d := range draws[1 : len(draws)-1] {
 			if strings.Contains(d, "\n") {

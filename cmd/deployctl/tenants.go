@@ -136,6 +136,9 @@ func tenantIDs(file string, data []byte) ([]string, error) {
 
 // taskTable starts a table of tasks; withCheckpoint adds a CHECKPOINT column.
 func (a *app) taskTable(withCheckpoint ...bool) *table {
+	if a.wide() {
+		return newTable(a.stdout, "TENANT", "STATUS", "STAGE", "ATTEMPT", "OWNER", "HEARTBEAT", "FENCE", "UPDATED", "PLAN", "TASK", "ERROR")
+	}
 	if len(withCheckpoint) > 0 && withCheckpoint[0] {
 		return newTable(a.stdout, "TENANT", "STATUS", "STAGE", "ATTEMPT", "CHECKPOINT", "OWNER", "UPDATED", "PLAN", "TASK", "ERROR")
 	}
@@ -146,6 +149,11 @@ func (a *app) taskTable(withCheckpoint ...bool) *table {
 // checkpoint) for a table with the CHECKPOINT column, else nil.
 func (a *app) taskRow(t *table, tk httpapi.Task, d *httpapi.TaskDetail) {
 	now := a.now()
+	if a.wide() {
+		t.row(cell(tk.TenantID), taskStatus(tk), stageText(tk), strconv.Itoa(tk.Attempt), cell(tk.Owner), ago(tk.HeartbeatAt, now),
+			strconv.FormatInt(tk.Fence, 10), ago(tk.UpdatedAt, now), cell(tk.PlanID), cell(tk.TaskID), cell(tk.LastError))
+		return
+	}
 	if d != nil {
 		t.row(cell(tk.TenantID), taskStatus(tk), stageText(tk), strconv.Itoa(tk.Attempt), checkpointShort(d),
 			cell(tk.Owner), ago(tk.UpdatedAt, now), cell(tk.PlanID), cell(tk.TaskID), cell(tk.LastError))
@@ -209,6 +217,10 @@ func (a *app) printTaskDetail(d httpapi.TaskDetail) error {
 	t.row("OWNER", cell(tk.Owner))
 	t.row("HEARTBEAT", ago(tk.HeartbeatAt, now))
 	t.row("FENCE", strconv.FormatInt(tk.Fence, 10))
+	if d.LockExpiresAt != nil {
+		left := d.LockExpiresAt.Sub(now).Round(100 * time.Millisecond)
+		t.row("LOCK FREES", fmt.Sprintf("in %s unless renewed (%s); retry --wait-lock waits for it", max(left, 0), d.LockExpiresAt.UTC().Format(time.RFC3339)))
+	}
 	if tk.LastError != "" {
 		t.row("ERROR", clean(tk.LastError))
 	}
@@ -314,6 +326,7 @@ func (a *app) retry(ctx context.Context, fs *flag.FlagSet, args []string) error 
 	dryRun := fs.Bool("dry-run", false, "only show which stages would run; change nothing")
 	expected := fs.Int("expected-attempt", 0, "refuse (exit 4) unless the task's attempt is N: guards against double retries")
 	key := fs.String("idempotency-key", "", "Idempotency-Key header: a repeated request gets the first answer")
+	waitLock := fs.Bool("wait-lock", false, "if the task is RUNNING but orphaned, wait until its lock frees (lockExpiresAt), then retry")
 	if err := a.parseTenant(fs, args, tenant); err != nil {
 		return err
 	}
@@ -355,6 +368,11 @@ func (a *app) retry(ctx context.Context, fs *flag.FlagSet, args []string) error 
 	}
 	if err := checkReason(*reason); err != nil {
 		return err
+	}
+	if *waitLock && !*dryRun {
+		if err := a.waitLock(ctx, *tenant); err != nil {
+			return err
+		}
 	}
 	r := request{method: http.MethodPost, path: tenantPath(*tenant, "retry"), body: body}
 	if *key != "" {
@@ -481,5 +499,37 @@ func (a *app) lockRelease(ctx context.Context, fs *flag.FlagSet, args []string) 
 	}
 	fmt.Fprintf(a.stdout, "released the lock of tenant %s held by %s (plan %s, task %s, fence %d)\n",
 		cell(rel.TenantID), cell(rel.Owner), cell(rel.PlanID), cell(rel.TaskID), rel.Fence)
+	return nil
+}
+
+// waitLockRounds bounds how many times retry --wait-lock waits for a lock:
+// an orphaned task's lock is not renewed, so one wait is the rule.
+const waitLockRounds = 5
+
+// waitLock waits, while the tenant's task is RUNNING, orphaned and its lock
+// still held, until the lock's lockExpiresAt (plus a little): the retry of
+// an orphaned task is refused TASK_RUNNING until then. A task not orphaned
+// is not waited for: its owner renews the lock.
+func (a *app) waitLock(ctx context.Context, tenant string) error {
+	for range waitLockRounds {
+		var d httpapi.TaskDetail
+		if _, err := a.cli.getJSON(ctx, tenantPath(tenant, "task"), nil, &d); err != nil {
+			return err
+		}
+		if d.Status != task.StatusRunning || !d.Orphaned || d.LockExpiresAt == nil {
+			return nil
+		}
+		wait := time.Until(*d.LockExpiresAt) + 100*time.Millisecond
+		if wait <= 0 {
+			continue
+		}
+		fmt.Fprintf(a.stderr, "waiting %s for the lock of tenant %s to free (lockExpiresAt %s)\n",
+			wait.Round(100*time.Millisecond), tenant, d.LockExpiresAt.UTC().Format(time.RFC3339Nano))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 	return nil
 }

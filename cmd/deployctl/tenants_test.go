@@ -196,7 +196,8 @@ func TestRetry(t *testing.T) {
 	s.waitTask(t, "t-r", task.StatusCompleted)
 	must(t, s.cli(t, "timeline", "--tenant", "t-r"), 0, "stdout", "pushed by hand", "task.completed")
 	must(t, s.cli(t, "status", "--tenant", "t-r"), 0, "stdout", "COMPLETED", "skipped: push")
-	must(t, s.cli(t, "retry", "--tenant", "t-r", "--from-checkpoint", "--reason", "once more"), 4, "stderr", "error: TASK_COMPLETED: ")
+	must(t, s.cli(t, "retry", "--tenant", "t-r", "--from-checkpoint", "--reason", "once more"), 4, "stderr", "error: TASK_COMPLETED: ",
+		"create a new plan for it", "tenants [t-r]")
 	must(t, s.cli(t, "retry", "--tenant", "t-none", "--from-checkpoint", "--reason", "r"), 3, "stderr", "error: NOT_FOUND: ")
 }
 
@@ -221,7 +222,8 @@ func TestLock(t *testing.T) {
 	}
 	must(t, s.cli(t, "lock", "release", "--tenant", "t-lock", "--reason", "r"), 2, "stderr", "--expected-fence N is required")
 	must(t, s.cli(t, "lock", "release", "--tenant", "t-lock", "--expected-fence", strconv.FormatInt(lease.Fence()+1, 10), "--reason", "r"),
-		4, "stderr", "error: LOCK_MISMATCH: ")
+		4, "stderr", "error: LOCK_MISMATCH: ", "the lock's fence is "+fence+", expectedFence given is "+strconv.FormatInt(lease.Fence()+1, 10),
+		"check the digits", "held by coord-b for task task-01JDQZV5X8M7R2K9C3B4N6P0QS")
 	must(t, s.cli(t, "lock", "release", "--tenant", "t-lock", "--expected-fence", fence, "--reason", "INC-9 coord-b gone"),
 		0, "stdout", "released the lock of tenant t-lock held by coord-b", "fence "+fence)
 	must(t, s.cli(t, "lock", "show", "--tenant", "t-lock"), 0, "stdout", "no")

@@ -1,6 +1,6 @@
 // Package console is deploycoord's web console: pages for plans, a plan's
 // tenants, one tenant and the instances, served by the server itself under
-// /ui/ (API.md § "Web console"). It talks to the coordinator through the
+// /ui/ (docs/architecture.md, "Why httpapi/console"). It talks to the coordinator through the
 // facade, like the HTTP API, and is mounted in the API's router
 // (httpapi.Config.Mounts), so it shares its request ids, logs, audit trail
 // and limits.

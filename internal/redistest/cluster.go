@@ -17,7 +17,7 @@ import (
 )
 
 // Cluster is a Redis Cluster of three masters (no replicas) on random
-// ports, made with redis-cli --cluster create: what DESIGN §8 asks the
+// ports, made with redis-cli --cluster create: what docs/architecture.md asks the
 // real-Redis suites to run on, since miniredis cannot catch slot bugs.
 //
 // StartCluster gives a test a cluster of its own (one it may reshard);

@@ -9,6 +9,12 @@
 --   e. the digest of the fixed fields ("?fixedSum", when sent) is the stored
 --      one, else {2, 'fixed'}: the writer sends the write again with the
 --      fixed fields themselves (see record.go)
+--   f. a delta write (only the fields that changed, "?prevWrite" = the id of
+--      the write it is relative to) finds that write's id stored, else
+--      {2, 'fixed'}: the writer sends the whole write again (see delta.go).
+--      Only this script writes the mutable fields, and it always sets
+--      writeId: the stored id names the stored fields. (A script that wrote
+--      them without setting writeId would break delta writes.)
 -- A write whose id is already stored was applied before (a client retry): it
 -- succeeds again without writing.
 --
@@ -36,9 +42,9 @@
 -- ARGV[8] -> timeline max entries
 -- ARGV[9] -> TTL in milliseconds
 -- ARGV[10] -> n, the number of record fields that follow
--- ARGV[11 .. 10+2n] -> field, value, ... (the mutable fields; the fixed ones
---                      or, as "?fixedSum", their digest, compared and not
---                      stored)
+-- ARGV[11 .. 10+2n] -> field, value, ... (the mutable fields, or those that
+--                      changed and "?prevWrite"; the fixed ones or, as
+--                      "?fixedSum", their digest, compared and not stored)
 -- ARGV[11+2n ..] -> timeline entries (JSON), appended in order
 -- Returns {1, seq, pauseRequested, cancelRequested} when written (0|1 flags,
 -- as stored after the write), {0, reason, status, seq, fence, owner} (the
@@ -64,6 +70,8 @@ for i = 11, 10 + 2 * n, 2 do
   local f, v = ARGV[i], ARGV[i + 1]
   if f == '?fixedSum' then
     if v ~= rec[8] then return {2, 'fixed'} end
+  elseif f == '?prevWrite' then
+    if v ~= rec[5] then return {2, 'fixed'} end
   else
     fields[#fields + 1] = f
     fields[#fields + 1] = v

@@ -197,6 +197,28 @@ func (r *Registry) Compile(spec task.StageSpec, src Source) (Runnable, error) {
 }
 
 func (r *Registry) compile(spec task.StageSpec, src Source) (Runnable, error) {
+	return r.compileEnv(spec, src, nil)
+}
+
+// RequiredParams returns, for each stage of specs, the Params keys its
+// templates name as fields ({{.Params.version}}), sorted, without repeats:
+// a run whose params lack one fails, templates failing on a missing key.
+// Keys reached with index ({{index .Params "k"}}) are not listed. Errors
+// are those of CompileAll.
+func (r *Registry) RequiredParams(specs []task.StageSpec, src Source) ([][]string, error) {
+	out := make([][]string, len(specs))
+	for i, spec := range specs {
+		var keys []string
+		if _, err := r.compileEnv(spec, src, &keys); err != nil {
+			return nil, fmt.Errorf("stages[%d]: %w", i, err)
+		}
+		slices.Sort(keys)
+		out[i] = slices.Compact(keys)
+	}
+	return out, nil
+}
+
+func (r *Registry) compileEnv(spec task.StageSpec, src Source, params *[]string) (Runnable, error) {
 	if src != SourceInline && src != SourceOperator {
 		return nil, invalid("", "unknown source %d", int(src))
 	}
@@ -213,7 +235,7 @@ func (r *Registry) compile(spec task.StageSpec, src Source) (Runnable, error) {
 		}
 		return nil, notAllowed("kind", "kind %s is not allowed in inline stages (allowed: %s)", task.Quote(spec.Kind), allowed)
 	}
-	run, err := k.Compile(spec, Env{Source: src, MaxOutputBytes: r.maxOutput})
+	run, err := k.Compile(spec, Env{Source: src, MaxOutputBytes: r.maxOutput, params: params})
 	if err != nil {
 		return nil, err
 	}

@@ -98,6 +98,10 @@ type Env struct {
 	// MaxOutputBytes caps what a run may capture (response bodies, command
 	// output) and render; Options.MaxOutputBytes or its default.
 	MaxOutputBytes int64
+
+	// params, when set, collects the Params keys the templates made with
+	// this Env name as fields (Registry.RequiredParams).
+	params *[]string
 }
 
 var (

@@ -88,7 +88,7 @@ func newTemplate(field, text string, env Env, names map[string]bool, maxLen int)
 			return nil, invalid(field, "bad template: define and block actions are not allowed")
 		}
 	}
-	c := checker{names: names, allowRange: env.Source == SourceOperator}
+	c := checker{names: names, allowRange: env.Source == SourceOperator, params: env.params}
 	if tmpl.Tree != nil {
 		if err := c.walk(tmpl.Tree.Root, true); err != nil {
 			var ce *ConfigError
@@ -200,6 +200,16 @@ func checkFormat(f string) error {
 type checker struct {
 	names      map[string]bool
 	allowRange bool
+	// params, when set, collects the keys of .Params.key references.
+	params *[]string
+}
+
+// useParam records a .Params.key reference (idents are the field chain
+// from the data: "Params", "key", ...).
+func (c *checker) useParam(idents []string) {
+	if c.params != nil && len(idents) > 1 && idents[0] == "Params" {
+		*c.params = append(*c.params, idents[1])
+	}
 }
 
 func (c *checker) walk(n parse.Node, dotIsData bool) error {
@@ -258,11 +268,13 @@ func (c *checker) arg(n parse.Node, dotIsData bool) error {
 	switch n := n.(type) {
 	case *parse.FieldNode:
 		if dotIsData {
+			c.useParam(n.Ident)
 			return c.name(n.Ident[0])
 		}
 	case *parse.VariableNode:
 		// $ is the data, whatever dot is.
 		if n.Ident[0] == "$" && len(n.Ident) > 1 {
+			c.useParam(n.Ident[1:])
 			return c.name(n.Ident[1])
 		}
 	case *parse.ChainNode:

@@ -82,7 +82,7 @@ func setupMode(t *testing.T, b redistest.Backend, unbatched bool, cfg Config) *t
 	t.Helper()
 	cfg.Unbatched = unbatched
 	tb := setup(t, b, cfg)
-	warm := tb.acquire(t, "warm-up", holder("task-0"))
+	warm := tb.warmUp(t, "warm-up", holder("task-0"))
 	if _, err := tb.locker.Acquire(context.Background(), "warm-up", holder("task-0")); !errors.Is(err, tenantlock.ErrLocked) {
 		t.Fatalf("warm-up: Acquire of a held lock: %v", err)
 	}

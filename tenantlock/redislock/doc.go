@@ -1,7 +1,7 @@
 // Package redislock is the per-tenant lock of deploycoord on Redis: one lock
 // per tenant, held while the tenant's task runs, with a lease that its holder
 // renews and a fencing token that every task and checkpoint write carries
-// (DESIGN §2 "Tenant lock", §5). It is the only package that uses redsync,
+// (docs/architecture.md). It is the only package that uses redsync,
 // and, with the repository and cmd, one of the few that use go-redis. The
 // names its callers share with it — Holder, Info and the errors (ErrLocked,
 // ErrLeaseLost, ErrLeaseRefused, ...) — are in package tenantlock, which
@@ -69,7 +69,7 @@
 // # Losing a lease, and taking it back
 //
 // A lease is lost in one of two ways, and Err, Check and Refused tell them
-// apart (the coordinator's decision at a stage boundary, DESIGN §5):
+// apart (the coordinator's decision at a stage boundary, docs/architecture.md):
 //
 //   - Refused: an extension was refused — the lock was deleted
 //     (force-released) or holds another value. Err is a

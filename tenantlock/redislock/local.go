@@ -25,7 +25,7 @@ type LocalConfig struct {
 }
 
 // NewLocal returns a Locker whose locks live in process memory, for the
-// single-instance mode (DESIGN §5): the same API and semantics as a Redis
+// single-instance mode (docs/architecture.md): the same API and semantics as a Redis
 // Locker — lock values naming the holder in the same JSON form, leases with
 // the same TTL and renewal, fencing tokens strictly increasing per tenant
 // and never below the clock floor — with no Redis involved, so an outage

@@ -282,7 +282,7 @@ func (l *Locker) ForceRelease(ctx context.Context, tenantID string, expectedFenc
 // lease's value its expiry is pushed out; if it is free and the tenant's
 // fence counter is still the lease's token, it is set again. Writes guarded
 // by the lease's value and fence then pass as before. This is how a holder
-// whose lease ran out while Redis was unreachable goes on (DESIGN §5).
+// whose lease ran out while Redis was unreachable goes on (docs/architecture.md).
 //
 // It returns a new Lease — same tenant, holder, value and fence, a fresh
 // deadline, its own renewer — and retires the old one: its renewer stops,
@@ -506,7 +506,7 @@ func plainJSON(s string) bool {
 	return true
 }
 
-// idPattern is the tenant id allowlist (DESIGN §4), kept here so that
+// idPattern is the tenant id allowlist (docs/architecture.md), kept here so that
 // this package does not import the domain packages; holder fields follow it
 // too. It keeps braces, colons, glob characters, whitespace and control
 // characters out of keys, lock values and log lines. validID checks it.
