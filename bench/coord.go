@@ -181,6 +181,24 @@ type instance struct {
 }
 
 func (e *env) newInstance(client redis.UniversalClient, prefix string) (*instance, error) {
+	return e.newNamedInstance(client, prefix, instanceOpts{name: "bench-1", shared: e.cfg.SharedPlans})
+}
+
+// instanceOpts sets an instance apart from the others on one store.
+type instanceOpts struct {
+	name string
+	// obs is told what the instance does (nil: nothing).
+	obs facade.Observer
+	// shared is facade.Config.SharedPlans.
+	shared bool
+	// heartbeat is facade.Config.Heartbeat (0: the default, a third of
+	// the lease).
+	heartbeat time.Duration
+}
+
+// newNamedInstance is newInstance with the options o, for several
+// instances on one store.
+func (e *env) newNamedInstance(client redis.UniversalClient, prefix string, o instanceOpts) (*instance, error) {
 	redisStore, err := repository.NewRedis(client, repository.Config{Prefix: prefix})
 	if err != nil {
 		return nil, err
@@ -197,8 +215,8 @@ func (e *env) newInstance(client redis.UniversalClient, prefix string) (*instanc
 	}
 	log := e.log
 	coord, err := facade.New(store, locks, facade.Config{
-		Instance: "bench-1", Lease: facade.LeaseDefault, Stages: stage.NewRegistry(stage.Options{}),
-		MaxTenants: plan.MaxTenantsDefault, Logger: &log,
+		Instance: o.name, Lease: facade.LeaseDefault, Stages: stage.NewRegistry(stage.Options{}),
+		MaxTenants: plan.MaxTenantsDefault, Logger: &log, Observer: o.obs, SharedPlans: o.shared, Heartbeat: o.heartbeat,
 	})
 	if err != nil {
 		return nil, err

@@ -30,7 +30,7 @@ import (
 // sectionNames lists the sections in the order they run.
 // "plan" is the throughput section without asynq (for profiling
 // deploycoord alone); "all" does not include it.
-var sectionNames = []string{"rtt", "create", "throughput", "query", "memory", "scripts"}
+var sectionNames = []string{"rtt", "create", "throughput", "scaleout", "query", "memory", "scripts"}
 
 var extraSections = []string{"plan", "shared"}
 
@@ -63,6 +63,11 @@ type config struct {
 	// Topology "cluster" also runs the N × 1 plan on a Redis Cluster of
 	// three masters the command starts (throughput and plan sections).
 	Topology string
+	// SharedPlans runs the coordinators with facade.Config.SharedPlans (a
+	// plan's work shared by every live instance through its queue in
+	// Redis), as cmd/deploycoord does by default; false: the plan is run by
+	// the instance that starts it.
+	SharedPlans bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -79,7 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.AsynqDB, "asynq-db", 1, "Redis database asynq uses (deploycoord uses the URL's)")
 	fs.IntVar(&c.AsynqEnqueuers, "asynq-enqueuers", 64, "goroutines enqueueing the asynq tasks")
 	fs.IntVar(&c.RTTTasks, "rtt-tasks", 1000, "tasks of the plans whose round trips are counted")
-	fs.IntVar(&c.Big, "big", 100_000, "tenants of the big plan (creation, plan status, memory)")
+	fs.IntVar(&c.Big, "big", 100_000, "tenants of the big plan (creation, plan status, memory, and the scale-out section's plan started by three instances)")
 	fs.IntVar(&c.QueryClients, "query-clients", 64, "concurrent HTTP clients of the query load")
 	fs.DurationVar(&c.QueryDuration, "query-duration", 4*time.Second, "length of one query load run")
 	fs.DurationVar(&c.MemSample, "mem-sample", time.Second, "heap sampling period during the big plan")
@@ -96,6 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.PoolSize, "pool-size", 0, "go-redis pool size of the coordinator's client (0: go-redis' default, 10 × GOMAXPROCS; cmd/deploycoord adds one connection per long poll it may hold, which no section makes)")
 	fs.StringVar(&c.Topology, "topology", "single", "single: every section on one Redis; cluster: the throughput and plan sections also run the N × 1 plan "+
 		"on a Redis Cluster of three masters (redis-server and redis-cli; started and stopped by the command), alternating with the runs on one Redis")
+	fs.BoolVar(&c.SharedPlans, "shared-plans", true, "run plans as shared work (every instance claims tasks from the plan's queue in Redis), as cmd/deploycoord does by default "+
+		"(DEPLOYCOORD_SHARED_PLANS); false: the instance that starts a plan runs it (the storage-only run follows)")
 	fs.BoolVar(&c.CommandStats, "commandstats", false, "print Redis' per-command CPU time (INFO commandstats) after every throughput run")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -242,7 +249,11 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 				return nil
 			}
 			storeOnly := func() error {
-				pr, err := e.runStoreOnly(ctx, cfg.N)
+				run := e.runStoreOnly
+				if cfg.SharedPlans {
+					run = e.runStoreShared
+				}
+				pr, err := run(ctx, cfg.N)
 				if err != nil {
 					return err
 				}
@@ -289,12 +300,12 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 			r.planS = append(r.planS, pr)
 			stats()
 		}
-	case "shared":
-		res, err := e.measureShared(ctx, progress)
+	case "scaleout", "shared": // "shared": the section's earlier name
+		res, err := e.measureScaleOut(ctx, cfg.N, cfg.Big, progress)
 		if err != nil {
 			return err
 		}
-		r.shared = res
+		r.scale = &res
 	case "query":
 		res, err := e.measureQuery(ctx, cfg.N)
 		if err != nil {

@@ -32,7 +32,7 @@ type report struct {
 	query       *queryResult
 	mem         *memResult
 	scripts     []scriptCost
-	shared      *sharedResult
+	scale       *scaleResult
 }
 
 // row is one line of the table.
@@ -114,6 +114,7 @@ func (r *report) tables() []table {
 			row{fmt.Sprintf("deploycoord: plan of %d tenants × 1 noop, create + run to COMPLETED", cfg.N), rates(ours, "tasks/s"), "", ""},
 			row{"  CreatePlan / run (median)", ms(medianDur(creates)) + " / " + ms(medianDur(runs)), "", ""},
 			cpuRow(cfg.N, "task", cpus(r.plan1, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total })),
+			cmdRow(cfg.N, "task", planCmds(r.plan1)),
 		)
 		if len(r.planCluster) > 0 {
 			cl := make([]float64, len(r.planCluster))
@@ -134,6 +135,7 @@ func (r *report) tables() []table {
 				row{fmt.Sprintf("deploycoord on a Redis Cluster of %d masters (same machine): the same plan of %d tenants × 1 noop", len(r.env.cluster.Nodes), cfg.N), rates(cl, "tasks/s"), "", ""},
 				row{"  CreatePlan / run (median)", ms(medianDur(creates)) + " / " + ms(medianDur(runs)), "", ""},
 				cpuRow(cfg.N, "task", cpus(r.planCluster, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total })),
+				cmdRow(cfg.N, "task (every master's)", planCmds(r.planCluster)),
 				row{"  ratio cluster / one Redis (median of the rounds' ratios)", fmt.Sprintf("%.2f× (rounds: %s)", median(ratios), strings.Join(parts, ", ")), "", ""},
 			)
 		}
@@ -143,8 +145,9 @@ func (r *report) tables() []table {
 				st[i] = float64(cfg.N) / p.total.Seconds()
 			}
 			t.rows = append(t.rows,
-				row{fmt.Sprintf("storage calls alone: the same %d tasks' CreatePlan, lock, start and final writes from %d goroutines, no coordinator", cfg.N, cfg.Concurrency), rates(st, "tasks/s"), "", ""},
+				row{storeOnlyFigure(cfg), rates(st, "tasks/s"), "", ""},
 				cpuRow(cfg.N, "task", cpus(r.store, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total })),
+				cmdRow(cfg.N, "task", planCmds(r.store)),
 			)
 		}
 		if len(r.asynq) > 0 {
@@ -158,6 +161,7 @@ func (r *report) tables() []table {
 				row{fmt.Sprintf("asynq: %d no-op tasks, enqueue (%d goroutines) + process (concurrency %d)", cfg.N, cfg.AsynqEnqueuers, cfg.Concurrency), rates(theirs, "tasks/s"), "", ""},
 				row{"  enqueue / process (median)", ms(medianDur(enq)) + " / " + ms(medianDur(proc)), "", ""},
 				cpuRow(cfg.N, "task", cpus(r.asynq, func(a asynqRun) (cpuUse, time.Duration) { return a.cpu, a.total })),
+				cmdRow(cfg.N, "task", asynqCmds(r.asynq)),
 			)
 			ratios := make([]float64, 0, len(theirs))
 			for i := range min(len(ours), len(theirs)) {
@@ -169,7 +173,7 @@ func (r *report) tables() []table {
 			}
 			m := median(ratios)
 			t.rows = append(t.rows, row{"ratio deploycoord / asynq (median of the rounds' ratios)",
-				fmt.Sprintf("%.2f× (rounds: %s)", m, strings.Join(parts, ", ")), "≥ 1.00×", verdict(m >= 1)})
+				fmt.Sprintf("%.2f× (rounds: %s)", m, strings.Join(parts, ", ")), fmt.Sprintf("≥ %.2f×", targetVsAsynq), verdict(m >= targetVsAsynq)})
 		}
 		trans := make([]float64, len(r.planS))
 		tasks := make([]float64, len(r.planS))
@@ -181,6 +185,7 @@ func (r *report) tables() []table {
 			row{fmt.Sprintf("deploycoord: plan of %d tenants × %d noop, create + run", cfg.StageTenants, cfg.Stages), rates(trans, "stage transitions/s"), "", ""},
 			row{"  the same in tasks", rates(tasks, "tasks/s"), "", ""},
 			cpuRow(cfg.StageTenants*cfg.Stages, "stage", cpus(r.planS, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total })),
+			cmdRow(cfg.StageTenants*cfg.Stages, "stage", planCmds(r.planS)),
 		)
 		out = append(out, t)
 	}
@@ -189,8 +194,11 @@ func (r *report) tables() []table {
 		n1, nS := float64(x.tasks), float64(x.tasks)
 		trans := float64(x.tasks * (x.stages - 1))
 		t.rows = append(t.rows,
+			row{"per task start: claim of a queue entry and a permit (shared plan work)", perOp(float64(x.single[rtClaim]) / n1), "—", ""},
+			row{"per task start: read of the claimed task (record + checkpoint)", perOp(float64(x.single[rtTaskRecord]) / n1), "—", ""},
 			row{"per task start: lock acquire (acquire_lock.lua)", perOp(float64(x.single[rtLockAcquire]) / n1), "—", ""},
 			row{"per task start: PENDING→RUNNING write (write_task + move_plan_counts, pipelined)", perOp(x.singleW[rtTaskStart] / n1), "≤ 1", verdict(x.singleW[rtTaskStart] <= n1+0.001)},
+			row{"per task start in all (claim + read + lock + PENDING→RUNNING write)", perOp((float64(x.single[rtClaim]+x.single[rtTaskRecord]+x.single[rtLockAcquire]) + x.singleW[rtTaskStart]) / n1), "", ""},
 			row{"per stage transition (checkpoint + record + timeline)", perOp(x.multiW[rtStage] / trans), "≤ 1", verdict(x.multiW[rtStage] <= trans+0.001)},
 			row{"per task finish (final write, lock released in the same script)", perOp(x.singleW[rtTaskFinish] / n1), "≤ 1", verdict(x.singleW[rtTaskFinish] <= n1+0.001)},
 			row{"  (concurrent writes share a pipeline: each waits for one round trip, a round trip of k writes counts 1/k for each)", "", "", ""},
@@ -200,6 +208,7 @@ func (r *report) tables() []table {
 			row{"  other round trips during the two runs", otherKinds(x.single, x.multi), "", ""},
 			row{"per tenant query (facade TaskByTenant)", perOp(x.query), "≤ 2", verdict(x.query <= 2)},
 			row{"per tenant query (GET /v1/tenants/{id}/task)", perOp(x.queryHTTP), "≤ 2", verdict(x.queryHTTP <= 2)},
+			row{fmt.Sprintf("per POST /v1/tenants:status of %d tenants (%d with a task)", x.manyTenants, x.manyFound), perOp(x.many), fmt.Sprintf("≤ %d", targetStatusManyRTT), verdict(x.many <= targetStatusManyRTT)},
 			row{"per plan status (GET plan + counts)", perOp(x.status), "1", verdict(x.status == 1)},
 			row{fmt.Sprintf("per %d-task plan creation", x.tasks), fmt.Sprint(x.create) + extraKinds(x.createKinds, rtPlanCreate), fmt.Sprintf("1 + ⌈%d/500⌉ = %d", x.tasks, 1+(x.tasks+499)/500), verdict(x.create == int64(1+(x.tasks+499)/500))},
 		)
@@ -248,7 +257,7 @@ func (r *report) tables() []table {
 		}
 		t.rows = append(t.rows,
 			row{"GET /v1/tenants/{id}/task (httpapi over the coordinator)", rates(realR, "req/s"), "", ""},
-			row{"  p50 / p99", us(medianDur(rp50)) + " / " + us(medianDur(rp99)), "", ""},
+			row{"  p50 / p99", us(medianDur(rp50)) + " / " + us(medianDur(rp99)), fmt.Sprintf("p99 < %s", targetQueryP99), verdict(medianDur(rp99) < targetQueryP99)},
 			cpuRow(1, "request (Go: server + load generator)", perReq(q.real)),
 			row{"bare handler: GET index, pipelined HGETALL + GET, JSON", rates(bareR, "req/s"), "", ""},
 			row{"  p50 / p99", us(medianDur(bp50)) + " / " + us(medianDur(bp99)), "", ""},
@@ -259,7 +268,7 @@ func (r *report) tables() []table {
 			ratios = append(ratios, realR[i]/bareR[i])
 		}
 		m := median(ratios)
-		t.rows = append(t.rows, row{"ratio real / bare (median of the rounds' ratios)", fmt.Sprintf("%.2f×", m), "≥ 1.00×", verdict(m >= 1)})
+		t.rows = append(t.rows, row{"ratio real / bare (median of the rounds' ratios)", fmt.Sprintf("%.2f×", m), fmt.Sprintf("≥ %.2f×", targetQueryVsBare), verdict(m >= targetQueryVsBare)})
 		out = append(out, t)
 	}
 	if m := r.mem; m != nil {
@@ -268,7 +277,7 @@ func (r *report) tables() []table {
 			row{"idle (coordinator warm, before the plan)", mib(m.idle) + fmt.Sprintf(", %d goroutines", m.goroutinesIdle), "", ""},
 			row{fmt.Sprintf("during the plan (largest of %d samples, creation included)", m.samples), mib(m.during), "", ""},
 			row{"  while its tasks run (largest sample once CreatePlan returned)", mib(m.running), "", ""},
-			row{"after the plan finished", mib(m.after) + fmt.Sprintf(", %d goroutines", m.goroutinesAfter), "close to idle", verdict(m.after < m.idle+m.idle/2+(4<<20))},
+			row{"after the plan finished", mib(m.after) + fmt.Sprintf(", %d goroutines", m.goroutinesAfter), "close to idle", verdict(heapBounded(m))},
 			row{"  run time of the plan (GC forced every sample)", ms(m.took), "", ""},
 		)
 		out = append(out, t)
@@ -280,10 +289,10 @@ func (r *report) tables() []table {
 		}
 		out = append(out, t)
 	}
-	if r.shared != nil {
-		out = append(out, r.shared.table(cfg.Concurrency))
+	if x := r.scale; x != nil {
+		out = append(out, r.scaleTable(x))
 	}
-	return out
+	return append(out, r.targetsTable())
 }
 
 // cpuTotals is the CPU time and wall time of the rounds of one run kind.
@@ -344,7 +353,7 @@ func otherKinds(a, b map[string]int64) string {
 	for _, m := range []map[string]int64{a, b} {
 		for k, v := range m {
 			switch k {
-			case rtLockAcquire, rtTaskStart, rtStage, rtTaskFinish:
+			case rtLockAcquire, rtTaskStart, rtStage, rtTaskFinish, rtClaim, rtTaskRecord:
 				continue
 			}
 			all[k] += v
@@ -376,8 +385,8 @@ func (r *report) header() []string {
 			r.started.Format("2006-01-02 15:04 MST"), time.Since(r.started).Round(time.Second), r.loadStart, loadAvg()),
 		fmt.Sprintf("%s/%s, %d CPUs, GOMAXPROCS %d, %s; Redis %s, %s, on the same machine",
 			runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), r.env.version, where),
-		fmt.Sprintf("settings: -n %d -stages %d -stage-tenants %d -concurrency %d -rounds %d -big %d -rtt-tasks %d -query-clients %d -query-duration %s -asynq-enqueuers %d -log-level %s -topology %s",
-			cfg.N, cfg.Stages, cfg.StageTenants, cfg.Concurrency, cfg.Rounds, cfg.Big, cfg.RTTTasks, cfg.QueryClients, cfg.QueryDuration, cfg.AsynqEnqueuers, cfg.LogLevel, cfg.Topology),
+		fmt.Sprintf("settings: -n %d -stages %d -stage-tenants %d -concurrency %d -rounds %d -big %d -rtt-tasks %d -query-clients %d -query-duration %s -asynq-enqueuers %d -log-level %s -topology %s -shared-plans=%t",
+			cfg.N, cfg.Stages, cfg.StageTenants, cfg.Concurrency, cfg.Rounds, cfg.Big, cfg.RTTTasks, cfg.QueryClients, cfg.QueryDuration, cfg.AsynqEnqueuers, cfg.LogLevel, cfg.Topology, cfg.SharedPlans),
 	}
 }
 
@@ -418,4 +427,16 @@ func (r *report) print(w io.Writer) {
 		}
 		_ = tw.Flush()
 	}
+}
+
+// heapBounded reports whether the heap after the big plan is close to the
+// idle heap: at most half as much again, plus 4 MiB.
+func heapBounded(m *memResult) bool { return m.after < m.idle+m.idle/2+(4<<20) }
+
+// storeOnlyFigure names the storage-only run of cfg.
+func storeOnlyFigure(cfg config) string {
+	if cfg.SharedPlans {
+		return fmt.Sprintf("storage calls alone: the same %d tasks' CreatePlan and queue push, then claim + permit, task read, lock, start and final writes from %d goroutines, no coordinator", cfg.N, cfg.Concurrency)
+	}
+	return fmt.Sprintf("storage calls alone: the same %d tasks' CreatePlan, lock, start and final writes from %d goroutines, no coordinator", cfg.N, cfg.Concurrency)
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -33,7 +35,12 @@ const (
 	rtLockRelease = "lock release"
 	rtLockExtend  = "lock extend"
 	rtHeartbeat   = "heartbeat"
-	rtEventFeed   = "event feed append (XADD)"
+	rtEventFeed   = "event feed append"
+	rtClaim       = "task claim (plan queue + permit)"
+	rtPermitRenew = "permit renewal"
+	rtPermitFree  = "permit release"
+	rtQueuePush   = "plan queue push"
+	rtDiscovery   = "plan discovery (active plans)"
 )
 
 // rttCounter is a go-redis hook that counts round trips — one per command
@@ -221,6 +228,9 @@ const (
 	scExtend     = "extend_lock"
 	scBeat       = "beat_task"
 	scCreate     = "create_plan"
+	scFeed       = "append_events"
+	scClaim      = "claim_plan_task"
+	scRenew      = "renew_permits"
 	scOther      = "other script"
 )
 
@@ -229,7 +239,14 @@ const (
 func scriptKind(sc scriptCall) string {
 	k, n := sc.keys, len(sc.argv)
 	has := func(i int, part string) bool { return i < len(k) && strings.Contains(k[i], part) }
+	suffix := func(i int, s string) bool { return i < len(k) && strings.HasSuffix(k[i], s) }
 	switch {
+	case len(k) == 1 && suffix(0, "events"):
+		return scFeed // the feed's batch append (one stream entry per batch)
+	case len(k) >= 3 && has(0, "plan:{") && suffix(1, ":queue") && suffix(2, ":permits"):
+		return scClaim // a plan's shared work queue: an entry and a permit
+	case len(k) == 1 && suffix(0, ":permits"):
+		return scRenew
 	case len(k) == 6 && has(0, "task:{") && has(1, "ckpt:{"):
 		return scWriteTask
 	case len(k) == 3 && strings.HasSuffix(k[0], ":counts") && n >= 10 && (n-10)%7 == 0:
@@ -318,6 +335,13 @@ func classify(cmds []redis.Cmder) string {
 			seen[rtTaskRecord] = true
 		case name == "hset" && strings.Contains(key, "task:{"):
 			seen[scCreate] = true // a batch of plan creation
+		case (name == "rpush" || name == "lpush") && strings.HasSuffix(key, ":queue"):
+			seen[rtQueuePush] = true
+		case name == "zrem" && strings.HasSuffix(key, ":permits"):
+			seen[rtPermitFree] = true
+		case strings.HasSuffix(key, "plans:active") || (name == "llen" && strings.HasSuffix(key, ":queue")) ||
+			(name == "zcard" && strings.HasSuffix(key, ":permits")):
+			seen[rtDiscovery] = true
 		}
 	}
 	switch {
@@ -339,10 +363,22 @@ func classify(cmds []redis.Cmder) string {
 		return rtHeartbeat
 	case seen[scCreate]:
 		return rtPlanCreate
+	case seen[scClaim]:
+		return rtClaim
+	case seen[scRenew]:
+		return rtPermitRenew
+	case seen[scFeed]:
+		return rtEventFeed
 	case seen[rtScriptLoad]:
 		return rtScriptLoad
 	case seen[rtEventFeed]:
 		return rtEventFeed
+	case seen[rtQueuePush]:
+		return rtQueuePush
+	case seen[rtPermitFree]:
+		return rtPermitFree
+	case seen[rtDiscovery]:
+		return rtDiscovery
 	case seen["plan hash"] && seen["counts"]:
 		return rtPlanStatus
 	case seen[rtTenantIndex] && len(names) == 1:
@@ -372,6 +408,10 @@ type rttResult struct {
 	query, queryHTTP float64
 	// status is the round trips of one plan status query.
 	status float64
+	// many is the round trips of one POST /v1/tenants:status of
+	// manyTenants tenants, manyFound of which have a task.
+	many                   float64
+	manyTenants, manyFound int
 }
 
 // measureRoundTrips runs small plans on a client with the classifying hook
@@ -450,6 +490,10 @@ func (e *env) measureRoundTrips(ctx context.Context, tasks, stages int) (rttResu
 	}
 	res.queryHTTP = float64(n) / queries
 
+	if err := measureStatusMany(ctx, counter, h, &res); err != nil {
+		return res, err
+	}
+
 	n, _ = counter.CountTagged(ctx, func(ctx context.Context) {
 		for range queries {
 			if _, err := in.coord.Plan(ctx, pv.ID); err != nil {
@@ -477,4 +521,64 @@ func runOn(ctx context.Context, in *instance, first, n, stages, concurrency int,
 		idle()
 	}
 	return pv.ID, verifyCompleted(ctx, in, pv.ID, first, n, stages)
+}
+
+// statusManyTenants is how many tenants one POST /v1/tenants:status asks
+// for in the round-trip count: the most the endpoint accepts.
+const statusManyTenants = 1000
+
+// measureStatusMany sends POST /v1/tenants:status for statusManyTenants
+// tenants (the tenants of the section's plans first, then tenants without a
+// task) through h ten times and keeps the most round trips one request took.
+// Each answer must name every tenant, with a task for those that have one.
+func measureStatusMany(ctx context.Context, counter *rttCounter, h http.Handler, res *rttResult) error {
+	ids := make([]string, statusManyTenants)
+	for i := range ids {
+		ids[i] = tenantID(i)
+	}
+	body, err := json.Marshal(map[string][]string{"tenantIds": ids})
+	if err != nil {
+		return err
+	}
+	res.manyTenants = len(ids)
+	for q := range 10 {
+		var err1 error
+		n, _ := counter.CountTagged(ctx, func(ctx context.Context) {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodPost, "/v1/tenants:status", bytes.NewReader(body)).WithContext(ctx)
+			req.Header.Set("Content-Type", "application/json")
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusOK {
+				err1 = fmt.Errorf("POST /v1/tenants:status: %d %s", rec.Code, rec.Body)
+				return
+			}
+			var doc struct {
+				Tasks map[string]*json.RawMessage `json:"tasks"`
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
+				err1 = fmt.Errorf("POST /v1/tenants:status: %w", err)
+				return
+			}
+			found := 0
+			for _, v := range doc.Tasks {
+				if v != nil && string(*v) != "null" {
+					found++
+				}
+			}
+			if q > 0 && found != res.manyFound {
+				err1 = fmt.Errorf("POST /v1/tenants:status: %d tenants with a task, %d the first time", found, res.manyFound)
+				return
+			}
+			res.manyFound = found
+		})
+		if err1 != nil {
+			return err1
+		}
+		res.many = max(res.many, float64(n))
+	}
+	want := min(3*res.tasks, statusManyTenants)
+	if res.manyFound != want {
+		return fmt.Errorf("POST /v1/tenants:status: %d of %d tenants with a task, want %d", res.manyFound, len(ids), want)
+	}
+	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
-	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/tenantlock"
@@ -39,20 +38,14 @@ func (e *env) runStoreOnly(ctx context.Context, n int) (planRun, error) {
 		return planRun{}, err
 	}
 	const instance = "bench-1"
-	cpu0 := e.cpuNow(ctx)
-	start := time.Now()
-	now := start
-	p := &plan.Plan{
-		ID: plan.NewID(now), Name: "bench", Status: plan.StatusCreated, MaxConcurrency: e.cfg.Concurrency,
-		Stages: []task.StageSpec{{Name: "s00", Kind: "noop"}}, OnTenantLocked: plan.LockFail,
-		TotalTasks: n, CreatedAt: now, UpdatedAt: now,
-	}
-	if err := p.Start(now, instance); err != nil {
+	stop, err := meter(ctx, e.client)
+	if err != nil {
 		return planRun{}, err
 	}
-	tasks := make([]*task.Task, n)
-	for i := range tasks {
-		tasks[i] = task.New(task.NewID(now), p.ID, tenantID(i), nil, []string{"s00"}, now)
+	start := time.Now()
+	p, tasks, err := storePlan(start, n, e.cfg.Concurrency, instance)
+	if err != nil {
+		return planRun{}, err
 	}
 	if err := store.CreatePlan(ctx, p, tasks); err != nil {
 		return planRun{}, fmt.Errorf("create plan: %w", err)
@@ -81,18 +74,17 @@ func (e *env) runStoreOnly(ctx context.Context, n int) (planRun, error) {
 	}
 	wg.Wait()
 	done := time.Now()
-	cpu := e.cpuNow(ctx).sub(cpu0)
-	if p := failed.Load(); p != nil {
-		return planRun{}, *p
-	}
-	got, counts, err := store.Plan(ctx, p.ID)
+	use, err := stop(ctx)
 	if err != nil {
 		return planRun{}, err
 	}
-	if got.Status != plan.StatusCompleted || counts[task.StatusCompleted] != n {
-		return planRun{}, fmt.Errorf("store-only plan %s: %s with counts %v, want COMPLETED ×%d", p.ID, got.Status, counts, n)
+	if p := failed.Load(); p != nil {
+		return planRun{}, *p
 	}
-	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: cpu}, nil
+	if err := checkStorePlan(ctx, store, p.ID, n); err != nil {
+		return planRun{}, err
+	}
+	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: use.cpu, cmds: use.cmds}, nil
 }
 
 // runStoredTask makes the storage calls of one task run as the runner makes

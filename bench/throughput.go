@@ -19,6 +19,8 @@ type planRun struct {
 	run    time.Duration // from CreatePlan's return until the coordinator is idle
 	total  time.Duration
 	cpu    cpuUse
+	// cmds is the commands Redis ran from CreatePlan until idle.
+	cmds cmdCounts
 }
 
 // runPlan creates a plan of n tenants × stages noop stages on a fresh prefix,
@@ -32,7 +34,10 @@ func (e *env) runPlan(ctx context.Context, n, stages int) (planRun, error) {
 	}
 	defer in.shutdown()
 	spec := planSpec(0, n, stages, e.cfg.Concurrency, true)
-	cpu0 := e.cpuNow(ctx)
+	stop, err := meter(ctx, e.client)
+	if err != nil {
+		return planRun{}, err
+	}
 	start := time.Now()
 	pv, err := in.coord.CreatePlan(ctx, spec, facade.Actor{Name: "bench"})
 	if err != nil {
@@ -43,11 +48,14 @@ func (e *env) runPlan(ctx context.Context, n, stages int) (planRun, error) {
 		return planRun{}, fmt.Errorf("wait for plan %s: %w", pv.ID, err)
 	}
 	done := time.Now()
-	cpu := e.cpuNow(ctx).sub(cpu0)
+	use, err := stop(ctx)
+	if err != nil {
+		return planRun{}, err
+	}
 	if err := verifyCompleted(ctx, in, pv.ID, 0, n, stages); err != nil {
 		return planRun{}, err
 	}
-	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: cpu}, nil
+	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: use.cpu, cmds: use.cmds}, nil
 }
 
 // runPlanOnCluster is runPlan's plan of n tenants × 1 noop stage on the
@@ -67,7 +75,10 @@ func (e *env) runPlanOnCluster(ctx context.Context, n int) (planRun, error) {
 	}
 	defer in.shutdown()
 	spec := planSpec(0, n, 1, e.cfg.Concurrency, true)
-	cpu0 := cpuOf(ctx, e.cclient)
+	stop, err := meter(ctx, e.cclient)
+	if err != nil {
+		return planRun{}, err
+	}
 	start := time.Now()
 	pv, err := in.coord.CreatePlan(ctx, spec, facade.Actor{Name: "bench"})
 	if err != nil {
@@ -78,11 +89,14 @@ func (e *env) runPlanOnCluster(ctx context.Context, n int) (planRun, error) {
 		return planRun{}, fmt.Errorf("wait for plan %s on the cluster: %w", pv.ID, err)
 	}
 	done := time.Now()
-	cpu := cpuOf(ctx, e.cclient).sub(cpu0)
+	use, err := stop(ctx)
+	if err != nil {
+		return planRun{}, err
+	}
 	if err := verifyCompleted(ctx, in, pv.ID, 0, n, 1); err != nil {
 		return planRun{}, fmt.Errorf("on the cluster: %w", err)
 	}
-	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: cpu}, nil
+	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: use.cpu, cmds: use.cmds}, nil
 }
 
 // asynqRun is the outcome of one asynq run: enqueue, then process.
@@ -91,6 +105,7 @@ type asynqRun struct {
 	process time.Duration // from Server.Start until every task is acknowledged
 	total   time.Duration
 	cpu     cpuUse
+	cmds    cmdCounts
 }
 
 // quietLogger is an asynq.Logger that drops everything.
@@ -116,7 +131,10 @@ func (e *env) runAsynq(ctx context.Context, n int) (asynqRun, error) {
 	defer insp.Close()
 	defer func() { _ = insp.DeleteQueue(queue, true) }()
 
-	cpu0 := e.cpuNow(ctx)
+	stop, err := meter(ctx, e.client)
+	if err != nil {
+		return asynqRun{}, err
+	}
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -187,10 +205,13 @@ func (e *env) runAsynq(ctx context.Context, n int) (asynqRun, error) {
 		time.Sleep(time.Millisecond)
 	}
 	done := time.Now()
-	cpu := e.cpuNow(ctx).sub(cpu0)
+	use, err := stop(ctx)
+	if err != nil {
+		return asynqRun{}, err
+	}
 	if info.Processed != n || info.Failed != 0 || info.Retry != 0 || info.Archived != 0 {
 		return asynqRun{}, fmt.Errorf("asynq: queue %s shows %d processed, %d failed, %d retry, %d archived; want %d processed only",
 			queue, info.Processed, info.Failed, info.Retry, info.Archived, n)
 	}
-	return asynqRun{enqueue: enqueued.Sub(start), process: done.Sub(startSrv), total: enqueued.Sub(start) + done.Sub(startSrv), cpu: cpu}, nil
+	return asynqRun{enqueue: enqueued.Sub(start), process: done.Sub(startSrv), total: enqueued.Sub(start) + done.Sub(startSrv), cpu: use.cpu, cmds: use.cmds}, nil
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/deploycoord/deploycoord/checkpoint"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/task/stage"
@@ -288,7 +287,7 @@ func (pr *planRun) runItem(it planItem) (again bool) {
 				continue
 			}
 			pr.log.Warn().Err(err).Str("task_id", it.t.ID).Str("tenant_id", it.t.TenantID).Msg("could not resume task")
-			return IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded)
+			return IsUnavailable(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrShuttingDown)
 		}
 	}
 	return false
@@ -318,19 +317,29 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) (again bool) {
 		}
 		return false
 	}
+	// A task queued again by a retry or resume (it has an attempt) starts
+	// from its checkpoint, which the retry wrote.
+	ck, from, err := c.queuedCheckpoint(t, len(pr.stages))
+	if err != nil {
+		log.Error().Err(err).Msg("could not read the checkpoint of a retried task; task left PENDING")
+		c.releaseQuietly(lease)
+		return true
+	}
 	prev := t.Status
 	if err := t.Start(c.now(), c.cfg.Instance, lease.Fence()); err != nil {
 		log.Error().Err(err).Msg("start task")
 		c.releaseQuietly(lease)
 		return false
 	}
-	r := c.newRun(t, pr.p, pr.stages, checkpoint.Empty(), lease, pr)
+	r := c.newRun(t, pr.p, pr.stages, ck, lease, pr)
 	registered := c.register(r)
 	acquired()
 	if !registered {
+		// The instance is shutting down: the task is still PENDING and its
+		// queue entry is ours alone; a shared run puts it back.
 		r.abandon()
 		c.releaseQuietly(lease)
-		return false
+		return true
 	}
 	pr.add(r)
 	r.addEvent(task.Event{Type: task.EventStarted, Instance: c.cfg.Instance, Fence: lease.Fence()})
@@ -350,7 +359,7 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) (again bool) {
 		return true
 	}
 	c.obs.TaskStarted()
-	r.run(0)
+	r.run(from)
 	// A start that a failover rolled back leaves the task PENDING with its
 	// queue entry gone: start it again (a plan run of the owner mode finds
 	// it among the leftovers).

@@ -138,6 +138,17 @@ func (c *Coordinator) retryTask(ctx context.Context, tenantID, taskID string, re
 		rs.event.Data["takeover"] = true
 		rs.event.Data["previousOwner"] = t.Owner
 	}
+	if c.queuesReruns() && !rs.orphaned {
+		queued, ck, err := c.queueRerun(ctx, t, p, stages, rs)
+		if err != nil {
+			return RetryResult{}, err
+		}
+		view := c.taskView(queued, ck)
+		c.log.Info().Str("task_id", t.ID).Str("tenant_id", t.TenantID).Str("actor", rs.event.Actor).Str("reason", req.Reason).
+			Str("mode", mode).Int("from", rs.from).Msg("task retried; queued on the plan's work queue")
+		res.Task = &view
+		return res, nil
+	}
 	r, from, err := c.rerun(ctx, t, p, stages, rs, nil)
 	if err != nil {
 		return RetryResult{}, err
@@ -262,15 +273,7 @@ func (c *Coordinator) rerun(ctx context.Context, t *task.Task, p *plan.Plan, sta
 		lease, err = c.locks.Acquire(ctx, t.TenantID, holder)
 	}
 	if err != nil {
-		var locked *tenantlock.LockedError
-		if errors.As(err, &locked) {
-			c.obs.LockConflict()
-		}
-		if errors.As(err, &locked) && locked.Holder.TaskID == t.ID {
-			return nil, 0, wrapf(ErrTaskRunning, "task %s of tenant %s still holds its lease on instance %s for %s (fence %d); wait for it to expire or release it with DELETE /v1/tenants/%s/lock",
-				t.ID, t.TenantID, locked.Holder.Instance, locked.TTL.Round(time.Millisecond), locked.Fence, t.TenantID)
-		}
-		return nil, 0, translate(err, "tenant lock")
+		return nil, 0, c.lockRefusal(t, err)
 	}
 	fail := func(err error) (*taskRun, int, error) {
 		c.releaseQuietly(lease)
@@ -282,14 +285,8 @@ func (c *Coordinator) rerun(ctx context.Context, t *task.Task, p *plan.Plan, sta
 	if err != nil {
 		return fail(translate(err, "task "+t.ID))
 	}
-	if rs.expectSeq >= 0 && fresh.Seq != rs.expectSeq {
-		if fresh.Attempt != t.Attempt {
-			return fail(wrapf(ErrAttemptMismatch, "task %s of tenant %s moved to attempt %d meanwhile", t.ID, t.TenantID, fresh.Attempt))
-		}
-		if err := c.retriable(fresh, 0); err != nil {
-			return fail(err)
-		}
-		return fail(wrapf(ErrInvalidState, "task %s of tenant %s changed meanwhile (now %s); read it again", t.ID, t.TenantID, fresh.Status))
+	if err := c.checkFresh(t, fresh, rs); err != nil {
+		return fail(err)
 	}
 	if rs.expectSeq < 0 {
 		rs.orphaned = fresh.Status == task.StatusRunning && c.orphaned(fresh)
@@ -376,7 +373,15 @@ func (c *Coordinator) ResumeTask(ctx context.Context, tenantID, reason string, a
 	if err != nil {
 		return TaskView{}, err
 	}
-	r, from, err := c.rerun(ctx, t, p, stages, rerunSpec{mode: task.RetryResume, expectSeq: t.Seq, from: -1, event: ev}, nil)
+	rs := rerunSpec{mode: task.RetryResume, expectSeq: t.Seq, from: -1, event: ev}
+	if c.queuesReruns() {
+		queued, ck, err := c.queueRerun(ctx, t, p, stages, rs)
+		if err != nil {
+			return TaskView{}, err
+		}
+		return c.taskView(queued, ck), nil
+	}
+	r, from, err := c.rerun(ctx, t, p, stages, rs, nil)
 	if err != nil {
 		return TaskView{}, err
 	}

@@ -210,32 +210,53 @@ func (pr *planRun) wakeUp() {
 
 // runEntry runs the task of a claimed entry if it is still what the entry
 // was queued for, then gives its permit back (with the loop's next claim,
-// or at once if the run has ended).
+// or at once if the run has ended). An entry whose task did not start is
+// queued again before its permit goes: behind the others while the run
+// goes on, at the head when the instance shuts down (the other instances
+// take it). Were it dropped, its task would stay PENDING with nobody to
+// claim it.
 func (pr *planRun) runEntry(e plan.QueueEntry) {
 	defer pr.entries.Done()
 	again := pr.runClaimed(e)
+	closing := pr.c.closing.Load() || pr.c.hardStop.Err() != nil
+	keep := false // the permit is kept to lapse: its entry goes back then
+	if again && closing {
+		keep = !pr.requeue(e, true)
+	}
 	pr.mu.Lock()
 	pr.inflight--
 	delete(pr.held, e.TaskID)
 	ended := pr.ended
-	if !ended {
+	if !ended && !keep {
 		pr.release = append(pr.release, e)
 	}
 	pr.mu.Unlock()
-	if ended {
+	if ended && !keep {
 		pr.freePermits([]plan.QueueEntry{e})
 	}
-	if again && !pr.halted() {
+	if again && !closing && !pr.halted() {
 		// The start did not land (Redis unreachable, lease lapsed): queue it
 		// again behind the others.
 		pr.c.sleep(pr.c.cfg.LockWaitPoll)
-		ctx, cancel := context.WithTimeout(context.Background(), pr.c.cfg.WriteTimeout)
-		if err := pr.c.queue.PushQueue(ctx, pr.p.ID, []plan.QueueEntry{e}, false); err != nil {
-			pr.log.Error().Err(err).Str("task_id", e.TaskID).Msg("could not queue a task again; a repair of the plan's counts queues it")
-		}
-		cancel()
+		pr.requeue(e, false)
 	}
 	pr.wakeUp()
+}
+
+// requeue puts e back on the plan's queue (at its head when front) and
+// reports whether it is there.
+func (pr *planRun) requeue(e plan.QueueEntry, front bool) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), pr.c.cfg.WriteTimeout)
+	defer cancel()
+	if err := pr.c.queue.PushQueue(ctx, pr.p.ID, []plan.QueueEntry{e}, front); err != nil {
+		if front {
+			pr.log.Error().Err(err).Str("task_id", e.TaskID).Msg("could not queue a task again; its permit goes back to the queue when its lease ends")
+		} else {
+			pr.log.Error().Err(err).Str("task_id", e.TaskID).Msg("could not queue a task again; a repair of the plan's counts queues it")
+		}
+		return false
+	}
+	return true
 }
 
 // runClaimed reads the entry's task and runs it as its kind says, if its

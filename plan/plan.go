@@ -270,8 +270,9 @@ func (c Counts) Total() int {
 //   - RUNNING or PAUSED with no active task → COMPLETED if every task
 //     completed, else FAILED;
 //   - COMPLETED, FAILED or CANCELLED, and the move is a manual re-run (to
-//     RUNNING from FAILED, PAUSED, CANCELLED or RUNNING: a retry, a resume or
-//     a takeover; not a start from PENDING) → RUNNING. Other moves leave a
+//     RUNNING, or to PENDING when queued again, from FAILED, PAUSED,
+//     CANCELLED or RUNNING: a retry, a resume or a takeover; not a start
+//     from PENDING) → RUNNING. Other moves leave a
 //     finished plan alone, even with tasks still RUNNING: a cancelled plan's
 //     task finishing its stage, another of its tasks being cancelled, or a
 //     PENDING task started just after the cancel;
@@ -287,7 +288,7 @@ func Derive(current Status, c Counts, total, maxFailed int, from, to task.Status
 			return StatusCompleted, ""
 		}
 		return StatusFailed, fmt.Sprintf("%d of %d tasks did not complete", total-c[task.StatusCompleted], total)
-	case current.Finished() && to == task.StatusRunning && from != task.StatusPending && from != "":
+	case current.Finished() && (to == task.StatusRunning || to == task.StatusPending) && from != task.StatusPending && from != "":
 		return StatusRunning, ""
 	case current == StatusRunning && maxFailed > 0 && to == task.StatusFailed && from != task.StatusFailed &&
 		c[task.StatusFailed] > maxFailed:

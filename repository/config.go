@@ -67,7 +67,10 @@ type Config struct {
 	// TenantHints is how many tenants' current task ids TaskByTenant and
 	// TasksByTenant remember, to read the record in the same round trip as
 	// the index (default TenantHintsDefault, about 100 bytes each, filled by
-	// queries only; negative: none, every query takes two round trips).
+	// queries only; negative: none, every query takes two round trips). One
+	// in four of them (25 000 by default) also keeps the record and
+	// checkpoint of a task that is not RUNNING, checked against the task's
+	// version at every query (see readcache.go).
 	TenantHints int
 }
 

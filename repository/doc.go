@@ -173,8 +173,11 @@
 //	UpdatePlan, RequestTask, Beat        1
 //	Plan                                 1   HGETALL plan + HMGET counts, whatever the plan's size
 //	TaskByTenant                         1-2 GET index + HGETALL record + GET checkpoint of the task the
-//	                                          index named at the tenant's last query (Config.TenantHints),
-//	                                          then, if the index moved on (or no hint), those of its task
+//	                                          index named at the tenant's last query (Config.TenantHints) —
+//	                                          or, for a task kept with its version (not RUNNING), GET index
+//	                                          + HMGET of 6 version fields, the kept record answering when
+//	                                          they match (readcache.go) — then, if the index moved on (or
+//	                                          no hint, or the version changed), those of its task
 //	Task                                 2   GET taskref, then HGETALL record + GET checkpoint
 //	TenantHistory                        2   ZREVRANGE, then pipelined HGETALLs
 //	Timeline                             1   EXISTS + LRANGE

@@ -724,7 +724,7 @@ func TestDeriveCannotMoveOnActiveMoves(t *testing.T) {
 				if f == to {
 					continue
 				}
-				reopen := cur.Finished() && to == task.StatusRunning && f != task.StatusPending && f != ""
+				reopen := cur.Finished() && (to == task.StatusRunning || to == task.StatusPending) && f != task.StatusPending && f != ""
 				for mask := range 1 << 12 {
 					// Two bits per status: 0..3 tasks each.
 					c := plan.Counts{}

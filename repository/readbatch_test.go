@@ -142,9 +142,9 @@ func TestReadBatchSharesPipelines(t *testing.T) {
 		t.Parallel()
 		eachRedis(t, Config{}, func(t *testing.T, e *env) {
 			fx := createPlan(t, e, tenants, 0)
-			queryAll(t, e, fx, 1, tenants) // fills the hints: one round trip a query from now on
+			queryAll(t, e, fx, 1, tenants) // fills the hints and kept records (PENDING tasks): one round trip, GET + HMGET, a query from now on
 			ctx := ctxT(t)
-			n := heldBatch(t, e, e.redis.reads, "hgetall", tenants, func(i int) error {
+			n := heldBatch(t, e, e.redis.reads, "hmget", tenants, func(i int) error {
 				want := fx.tasks[i]
 				got, _, err := e.store.TaskByTenant(ctx, want.TenantID)
 				if err == nil && got.ID != want.ID {

@@ -338,51 +338,6 @@ func (r *Redis) Beat(ctx context.Context, tenantID, taskID string, g task.Guard,
 	return refusal(taskID, s)
 }
 
-// TaskByTenant returns the tenant's current task (the newest created for it)
-// and its checkpoint (nil if none). Returns task.ErrNotFound. Two round
-// trips — the index, then the record and checkpoint — or one when the store
-// remembers the task the index named at the tenant's last query (see
-// Config.TenantHints): the index and that task's record and checkpoint go
-// in one pipeline, and the answer stands if the index still names it.
-func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, *checkpoint.Checkpoint, error) {
-	op := "get task of tenant " + tenantID
-	k, err := r.keys.Index(tenantID)
-	if err != nil {
-		return nil, nil, fmt.Errorf("get task of tenant: %w", err)
-	}
-	// With a hint (the tenant's task id seen last) the record and the
-	// checkpoint are read in the same round trip as the index.
-	hint := r.hints.get(tenantID)
-	g := redis.NewStringCmd(ctx, "get", k)
-	cmds := append(make([]redis.Cmder, 0, 3), g)
-	var tk taskKeys
-	var h *redis.MapStringStringCmd
-	var c *redis.StringCmd
-	if hint != "" {
-		tk, _ = r.keys.taskKeys(tenantID, hint)
-		h, c = redis.NewMapStringStringCmd(ctx, "hgetall", tk.task), redis.NewStringCmd(ctx, "get", tk.ckpt)
-		cmds = append(cmds, h, c)
-	}
-	if err := r.readPipe(ctx, cmds...); err != nil {
-		return nil, nil, wrapErr(ctx, op, err)
-	}
-	id, err := g.Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		r.hints.forget(tenantID)
-		return nil, nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
-	case err != nil:
-		return nil, nil, wrapErr(ctx, op, err)
-	case hint != "" && id == hint:
-		return decodeLoaded(ctx, op, tk, h, c)
-	case !task.ValidID(id):
-		r.hints.forget(tenantID)
-		return nil, nil, fmt.Errorf("%w: %s holds %s, not a task id", ErrCorrupt, k, task.Quote(id))
-	}
-	r.hints.put(tenantID, id)
-	return r.loadTask(ctx, op, tenantID, id)
-}
-
 // Task returns a task by id and its checkpoint (nil if none): two round
 // trips (shared with concurrent queries, see groupcommit.go). Returns
 // task.ErrNotFound.

@@ -48,14 +48,16 @@ func (s Status) Active() bool {
 // PENDING → CANCELLED (a plan cancelled before the task's turn) and
 // PENDING → FAILED (the task could not start: its tenant is locked), and
 // PAUSED → CANCELLED. FAILED, PAUSED and CANCELLED go back to RUNNING only
-// through a manual retry or resume; RUNNING → RUNNING is the takeover of an
-// orphaned task.
+// through a manual retry or resume, or back to PENDING when such a retry or
+// resume is queued on the plan's shared work queue (it then starts from its
+// checkpoint under the plan's maxConcurrency); RUNNING → RUNNING is the
+// takeover of an orphaned task.
 var transitions = map[Status][]Status{
 	StatusPending:   {StatusRunning, StatusCancelled, StatusFailed},
 	StatusRunning:   {StatusCompleted, StatusFailed, StatusPaused, StatusCancelled, StatusRunning},
-	StatusPaused:    {StatusRunning, StatusCancelled},
-	StatusFailed:    {StatusRunning},
-	StatusCancelled: {StatusRunning},
+	StatusPaused:    {StatusRunning, StatusCancelled, StatusPending},
+	StatusFailed:    {StatusRunning, StatusPending},
+	StatusCancelled: {StatusRunning, StatusPending},
 	StatusCompleted: {},
 }
 
@@ -226,6 +228,32 @@ func (t *Task) Rerun(now time.Time, owner string, fence int64, from int, name st
 	if t.StartedAt.IsZero() {
 		t.StartedAt = now.UTC()
 	}
+	return nil
+}
+
+// Requeue moves FAILED, CANCELLED or PAUSED back to PENDING for a retry
+// (mode RetryNew: a new attempt) or resume that waits on the plan's queue;
+// whoever starts it runs it from stage index from (its checkpoint's next
+// stage). fence is the fence of the lock held for the write.
+func (t *Task) Requeue(now time.Time, fence int64, from int, name string, mode RetryMode) error {
+	switch {
+	case t.Status == StatusRunning || t.Status == StatusPending || t.Status == StatusCompleted:
+		return &TransitionError{TaskID: t.ID, From: t.Status, To: StatusPending, Why: "only a failed, cancelled or paused task is queued again"}
+	case mode == RetryResume && t.Status != StatusPaused:
+		return &TransitionError{TaskID: t.ID, From: t.Status, To: StatusPending, Why: "only a paused task resumes"}
+	}
+	if err := t.move(StatusPending, now); err != nil {
+		return err
+	}
+	if mode == RetryNew {
+		t.Attempt++
+	}
+	t.Owner, t.Fence = "", fence
+	t.PauseRequested, t.CancelRequested = false, false
+	t.StageIndex, t.StageName = from, name
+	t.StageStartedAt = time.Time{}
+	t.LastError, t.Reason = "", ""
+	t.FinishedAt = time.Time{}
 	return nil
 }
 

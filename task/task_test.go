@@ -17,9 +17,9 @@ import (
 var documented = map[task.Status][]task.Status{
 	task.StatusPending:   {task.StatusRunning, task.StatusCancelled, task.StatusFailed},
 	task.StatusRunning:   {task.StatusCompleted, task.StatusFailed, task.StatusPaused, task.StatusCancelled, task.StatusRunning},
-	task.StatusPaused:    {task.StatusRunning, task.StatusCancelled},
-	task.StatusFailed:    {task.StatusRunning},
-	task.StatusCancelled: {task.StatusRunning},
+	task.StatusPaused:    {task.StatusRunning, task.StatusCancelled, task.StatusPending},
+	task.StatusFailed:    {task.StatusRunning, task.StatusPending},
+	task.StatusCancelled: {task.StatusRunning, task.StatusPending},
 	task.StatusCompleted: {},
 }
 

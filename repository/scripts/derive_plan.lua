@@ -78,9 +78,10 @@ local function derive_plan(counts_key, plan_key, now, threshold_reason, task_fro
       to = 'FAILED'
       reason = string.format('%d of %d tasks did not complete', total - completed, total)
     end
-  elseif finished and task_to == 'RUNNING' and task_from ~= 'PENDING' and task_from ~= '' then
-    -- A manual re-run (retry, resume, takeover) reopens a finished plan; a
-    -- task it was already running, or one started from PENDING, does not.
+  elseif finished and (task_to == 'RUNNING' or task_to == 'PENDING') and task_from ~= 'PENDING' and task_from ~= '' then
+    -- A manual re-run (retry, resume, takeover; or one queued again, back
+    -- to PENDING) reopens a finished plan; a task it was already running,
+    -- or one started from PENDING, does not.
     to = 'RUNNING'
   elseif cur == 'RUNNING' and max_failed > 0 and task_to == 'FAILED' and task_from ~= 'FAILED'
       and failed > max_failed then

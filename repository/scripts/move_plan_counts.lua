@@ -85,7 +85,7 @@ local function move(base)
   index_task(sets, id, old.status, new, score, ARGV[9])
   local active = new == 'PENDING' or new == 'RUNNING' or new == 'PAUSED'
   local finished = cur == 'COMPLETED' or cur == 'FAILED' or cur == 'CANCELLED'
-  if not (active and count and count >= 1) or (finished and new == 'RUNNING' and old.status ~= 'PENDING') then
+  if not (active and count and count >= 1) or (finished and (new == 'RUNNING' or new == 'PENDING') and old.status ~= 'PENDING') then
     p[1] = derive_plan(KEYS[1], KEYS[2], ARGV[8], ARGV[10], old.status, new, p)
   end
   return p[1], 1
