@@ -307,7 +307,15 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) (again bool) {
 		var locked *tenantlock.LockedError
 		switch {
 		case errors.As(err, &locked) && locked.Holder.TaskID == t.ID:
-			log.Warn().Str("holder", locked.Holder.Instance).Msg("task already runs elsewhere; skipped")
+			// The task was PENDING when read: its holder is either about to
+			// mark it RUNNING or an attempt whose answer was lost (another
+			// instance's, with shared plans: its timed-out SET NX landed,
+			// and it queued the entry again, which this instance claimed).
+			// Try again later: a start that lands makes the retry a no-op
+			// (the task is no longer PENDING), a stale lock lapses. Skipped
+			// for good, the task would stay PENDING with nobody to start it.
+			log.Warn().Str("holder", locked.Holder.Instance).Msg("task already runs elsewhere; tried again unless it started")
+			return true
 		case errors.As(err, &locked):
 			c.obs.LockConflict()
 			c.refuseStart(t, "TENANT_LOCKED: "+locked.Error(), log)
