@@ -83,7 +83,7 @@ type Config struct {
 	ServerRunID func(context.Context) (string, error)
 	RestartPoll time.Duration
 	// SharedPlans makes a plan's work shared by every live instance
-	// (DESIGN §8): tasks are queued in Redis, any instance running with
+	// (docs/architecture.md, "Shared plan work"): tasks are queued in Redis, any instance running with
 	// SharedPlans claims them, and maxConcurrency is one limit across all
 	// instances. The store must implement WorkQueue; not with
 	// SingleInstance.

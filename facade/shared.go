@@ -11,7 +11,7 @@ import (
 	"github.com/deploycoord/deploycoord/task/stage"
 )
 
-// WorkQueue is a plan's work shared by every live instance (DESIGN §8): a
+// WorkQueue is a plan's work shared by every live instance (docs/architecture.md, "Shared plan work"): a
 // queue of the plan's tasks to start in Redis, and permits on the plan's
 // maxConcurrency, one limit across all instances. The Redis and Dual
 // stores implement it; Config.SharedPlans needs it.

@@ -1,7 +1,7 @@
 // Package repository stores plans and tasks: in Redis (Redis, the
 // authoritative copy every instance reads), in process memory (Memory, for
 // tests and as the bounded half of Dual) and in both (Dual, the double write
-// of DESIGN §4). All three implement facade.Store. go-redis lives here and
+// of docs/architecture.md, "The storage layout"). All three implement facade.Store. go-redis lives here and
 // in no other domain package; its errors never leave the package.
 //
 // # Keys
@@ -298,7 +298,7 @@
 // unreachable, reporting Degraded until a Redis call succeeds again. The
 // event feed is Redis' only (unavailable when Redis is).
 //
-// When Redis cannot take a write, Dual has two modes (DESIGN §5):
+// When Redis cannot take a write, Dual has two modes (docs/architecture.md, "When Redis is unreachable or restarts"):
 //
 //	several instances (default)   the write fails (*UnavailableError); the caller keeps it and
 //	                              retries it through the fenced script when Redis is back. Memory

@@ -25,7 +25,7 @@ const (
 
 // DualConfig configures the Dual store. Zero fields mean the default.
 type DualConfig struct {
-	// SingleInstance selects the single-instance outage mode (DESIGN §5):
+	// SingleInstance selects the single-instance outage mode (docs/architecture.md, "When Redis is unreachable or restarts"):
 	// a write Redis cannot take is applied to memory and queued, the call
 	// succeeds, and the flusher (Start) writes the queue back in order when
 	// Redis answers. Without it (several instances), such a write fails and
@@ -43,7 +43,7 @@ type DualConfig struct {
 	OnReplayError func(error)
 }
 
-// Dual is the double-writing store of DESIGN §4. Writes go to Redis first,
+// Dual is the double-writing store (docs/architecture.md, "The storage layout"). Writes go to Redis first,
 // which decides (the fenced scripts); a write Redis accepted is mirrored into
 // the memory store, which should keep only unfinished aggregates
 // (MemoryConfig.DropFinished) to stay bounded.

@@ -14,7 +14,7 @@ import (
 	"github.com/deploycoord/deploycoord/task"
 )
 
-// A plan's shared work queue (DESIGN §8): every live instance claims the
+// A plan's shared work queue (docs/architecture.md, "Shared plan work"): every live instance claims the
 // plan's tasks from it, and the plan's maxConcurrency is one limit across
 // all of them, kept as permits in Redis. Every key of a plan's queue is in
 // the plan's slot; the set of active plans is a key of its own.
