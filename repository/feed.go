@@ -180,10 +180,14 @@ func blockFor(ctx context.Context, until time.Time) time.Duration {
 }
 
 // shortened reports whether ctx's deadline has passed and was set inside a
-// wait that ends at until (so it, not the wait, ended the read).
+// wait that ends at until (so it, not the wait, ended the read). It reads
+// the clock, not only ctx.Err(): the socket's read deadline is the
+// context's, and on a loaded machine the read's i/o timeout can be seen
+// before the context's own timer has fired and set its error.
 func shortened(ctx context.Context, wait time.Duration, until time.Time) bool {
 	dl, ok := ctx.Deadline()
-	return ok && wait > 0 && dl.Before(until) && errors.Is(ctx.Err(), context.DeadlineExceeded)
+	passed := errors.Is(ctx.Err(), context.DeadlineExceeded) || !time.Now().Before(dl)
+	return ok && wait > 0 && dl.Before(until) && passed
 }
 
 // ---- memory ----------------------------------------------------------------
