@@ -432,11 +432,8 @@ func (a *app) planList(ctx context.Context, fs *flag.FlagSet, args []string) err
 	if err != nil {
 		return err
 	}
-	switch {
-	case a.json() && !*all:
-		return printJSON(a.stdout, raw)
-	case a.json():
-		return printValue(a.stdout, map[string]any{"plans": rows, "nextCursor": next})
+	if a.json() {
+		return a.printPagesJSON("plans", rows, next, raw, *all)
 	}
 	now := a.now()
 	t := newTable(a.stdout, "PLAN", "NAME", "STATUS", "PROGRESS", "TASKS", "OWNER", "CREATED", "FINISHED")
@@ -481,6 +478,16 @@ func (a *app) more(next, what string) {
 	if next != "" {
 		fmt.Fprintf(a.stderr, "more %s: add --cursor %s, or --all for every page\n", what, clean(next))
 	}
+}
+
+// printPagesJSON prints a listing fetched by pages with -o json: the
+// server's answer as it came for one page, or with --all every row under key
+// and the last nextCursor.
+func (a *app) printPagesJSON(key string, rows []json.RawMessage, next string, raw []byte, all bool) error {
+	if !all {
+		return printJSON(a.stdout, raw)
+	}
+	return printValue(a.stdout, map[string]any{key: rows, "nextCursor": next})
 }
 
 // pages GETs a listing (its items under key), one page or, with all, every
@@ -570,11 +577,8 @@ func (a *app) planTasks(ctx context.Context, fs *flag.FlagSet, args []string) er
 	if err != nil {
 		return err
 	}
-	switch {
-	case a.json() && !*all:
-		return printJSON(a.stdout, raw)
-	case a.json():
-		return printValue(a.stdout, map[string]any{"tasks": rows, "nextCursor": next})
+	if a.json() {
+		return a.printPagesJSON("tasks", rows, next, raw, *all)
 	}
 	t := a.taskTable()
 	for _, raw := range rows {

@@ -90,11 +90,8 @@ func (a *app) tasks(ctx context.Context, fs *flag.FlagSet, args []string) error 
 	if err != nil {
 		return err
 	}
-	switch {
-	case a.json() && !*all:
-		return printJSON(a.stdout, raw)
-	case a.json():
-		return printValue(a.stdout, map[string]any{"tasks": rows, "nextCursor": next})
+	if a.json() {
+		return a.printPagesJSON("tasks", rows, next, raw, *all)
 	}
 	now := a.now()
 	t := newTable(a.stdout, "TENANT", "PLAN", "STATUS", "STAGE", "IN STAGE", "ATTEMPT", "OWNER", "UPDATED", "TASK", "ERROR")
