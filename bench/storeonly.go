@@ -25,15 +25,7 @@ import (
 func (e *env) runStoreOnly(ctx context.Context, n int) (planRun, error) {
 	prefix := newPrefix("store")
 	defer func() { _ = e.reset(context.Background(), prefix) }()
-	store, err := repository.NewRedis(e.client, repository.Config{Prefix: prefix})
-	if err != nil {
-		return planRun{}, err
-	}
-	keys := store.Keys()
-	locks, err := redislock.New(e.client, redislock.Config{
-		LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
-		FenceKey: func(t string) string { k, _ := keys.Fence(t); return k },
-	})
+	store, locks, err := e.storeAndLocks(prefix)
 	if err != nil {
 		return planRun{}, err
 	}
@@ -130,4 +122,23 @@ func runStoredTask(ctx context.Context, store *repository.Redis, locks *redisloc
 	}
 	lease.Forget()
 	return nil
+}
+
+// storeAndLocks returns the Redis store and the tenant locker of the
+// storage-only runs under prefix, with the locker's keys built by the
+// store's key builders (the layout the coordinator uses).
+func (e *env) storeAndLocks(prefix string) (*repository.Redis, *redislock.Locker, error) {
+	store, err := repository.NewRedis(e.client, repository.Config{Prefix: prefix})
+	if err != nil {
+		return nil, nil, err
+	}
+	keys := store.Keys()
+	locks, err := redislock.New(e.client, redislock.Config{
+		LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
+		FenceKey: func(t string) string { k, _ := keys.Fence(t); return k },
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return store, locks, nil
 }

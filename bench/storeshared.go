@@ -10,7 +10,6 @@ import (
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
-	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // runStoreShared is runStoreOnly on the path of shared plan work, the one
@@ -22,15 +21,7 @@ import (
 func (e *env) runStoreShared(ctx context.Context, n int) (planRun, error) {
 	prefix := newPrefix("store")
 	defer func() { _ = e.reset(context.Background(), prefix) }()
-	store, err := repository.NewRedis(e.client, repository.Config{Prefix: prefix})
-	if err != nil {
-		return planRun{}, err
-	}
-	keys := store.Keys()
-	locks, err := redislock.New(e.client, redislock.Config{
-		LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
-		FenceKey: func(t string) string { k, _ := keys.Fence(t); return k },
-	})
+	store, locks, err := e.storeAndLocks(prefix)
 	if err != nil {
 		return planRun{}, err
 	}
