@@ -57,7 +57,7 @@ func (e *env) runStoreShared(ctx context.Context, n int) (planRun, error) {
 			defer wg.Done()
 			var release []plan.QueueEntry
 			for failed.Load() == nil {
-				claim, err := store.ClaimTask(ctx, p.ID, release, lease)
+				claim, err := store.ClaimTasks(ctx, p.ID, release, lease, 1)
 				if err != nil {
 					failed.CompareAndSwap(nil, &err)
 					return
@@ -81,7 +81,7 @@ func (e *env) runStoreShared(ctx context.Context, n int) (planRun, error) {
 					failed.CompareAndSwap(nil, &err)
 					return
 				}
-				t, err := store.QueuedTask(ctx, claim.Entry)
+				t, err := store.QueuedTask(ctx, claim.Entries[0])
 				if err == nil {
 					err = runStoredTask(ctx, store, locks, t, instance)
 				}
@@ -90,7 +90,7 @@ func (e *env) runStoreShared(ctx context.Context, n int) (planRun, error) {
 					return
 				}
 				ran.Add(1)
-				release = []plan.QueueEntry{claim.Entry}
+				release = claim.Entries
 			}
 			if len(release) > 0 {
 				if err := store.ReleasePermits(ctx, p.ID, release); err != nil {

@@ -19,11 +19,12 @@ type WorkQueue interface {
 	// PushQueue appends entries to a plan's queue (at its head when front)
 	// and marks the plan active.
 	PushQueue(ctx context.Context, planID string, es []plan.QueueEntry, front bool) error
-	// ClaimTask frees the permits of release, then takes the plan's next
-	// entry with a permit leased for lease, if the plan is RUNNING and fewer
-	// than maxConcurrency permits are held. Permits whose lease passed are
-	// freed and their entries queued again first. One round trip.
-	ClaimTask(ctx context.Context, planID string, release []plan.QueueEntry, lease time.Duration) (plan.Claim, error)
+	// ClaimTasks frees the permits of release, then takes up to want of
+	// the plan's next entries, each with a permit leased for lease, if the
+	// plan is RUNNING, as many as fewer than maxConcurrency permits held
+	// allow. Permits whose lease passed are freed and their entries queued
+	// again first. One round trip.
+	ClaimTasks(ctx context.Context, planID string, release []plan.QueueEntry, lease time.Duration, want int) (plan.Claim, error)
 	// RenewPermits extends the leases of permits still held.
 	RenewPermits(ctx context.Context, planID string, es []plan.QueueEntry, lease time.Duration) (int, error)
 	// ReleasePermits frees permits.
@@ -130,7 +131,8 @@ func (pr *planRun) sharedLoop() {
 			continue
 		}
 		// The share is computed without pr.mu: liveOwners takes c.mu.
-		if inflight >= c.share(pr.p.MaxConcurrency) {
+		share := c.share(pr.p.MaxConcurrency)
+		if inflight >= share {
 			wait(c.claimPoll())
 			continue
 		}
@@ -140,7 +142,9 @@ func (pr *planRun) sharedLoop() {
 		pr.release = nil
 		pr.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
-		claim, err := c.queue.ClaimTask(ctx, pr.p.ID, release, c.cfg.Lease)
+		// The whole free share in one claim: the tasks' starts then reach
+		// Redis together (reads, locks and first writes share pipelines).
+		claim, err := c.queue.ClaimTasks(ctx, pr.p.ID, release, c.cfg.Lease, share-inflight)
 		cancel()
 		if err != nil {
 			if !errors.Is(err, task.ErrInvalid) {
@@ -155,11 +159,15 @@ func (pr *planRun) sharedLoop() {
 		switch claim.Outcome {
 		case plan.ClaimGranted:
 			pr.mu.Lock()
-			pr.inflight++
-			pr.held[claim.Entry.TaskID] = claim.Entry
+			pr.inflight += len(claim.Entries)
+			for _, e := range claim.Entries {
+				pr.held[e.TaskID] = e
+			}
 			pr.mu.Unlock()
-			pr.entries.Add(1)
-			go pr.runEntry(claim.Entry)
+			pr.entries.Add(len(claim.Entries))
+			for _, e := range claim.Entries {
+				go pr.runEntry(e)
+			}
 		case plan.ClaimFull:
 			wait(c.claimPoll())
 		case plan.ClaimEmpty:

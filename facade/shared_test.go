@@ -244,7 +244,7 @@ func TestSharedPlanDeadClaimer(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The ghost claims with a short lease and never starts the task.
-		c, err := b.store.ClaimTask(ctx, v.ID, nil, 300*time.Millisecond)
+		c, err := b.store.ClaimTasks(ctx, v.ID, nil, 300*time.Millisecond, 1)
 		if err != nil || c.Outcome != plan.ClaimGranted {
 			t.Fatalf("ghost claim: %+v %v", c, err)
 		}

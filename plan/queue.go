@@ -62,7 +62,7 @@ func ParseQueueEntry(s string) (QueueEntry, error) {
 type ClaimOutcome int
 
 const (
-	// ClaimGranted: an entry and a permit for it.
+	// ClaimGranted: one or more entries and a permit for each.
 	ClaimGranted ClaimOutcome = iota
 	// ClaimFull: maxConcurrency permits are held (across all instances).
 	ClaimFull
@@ -77,7 +77,8 @@ const (
 // Claim is the answer to a claim on a plan's queue.
 type Claim struct {
 	Outcome ClaimOutcome
-	Entry   QueueEntry
+	// Entries are the granted entries, in queue order (ClaimGranted).
+	Entries []QueueEntry
 	// Status is the plan's stored status (ClaimNotRunning).
 	Status Status
 	// Permits is how many permits are held after the claim.

@@ -19,9 +19,9 @@ func (d *Dual) PushQueue(ctx context.Context, planID string, es []plan.QueueEntr
 	return err
 }
 
-// ClaimTask claims in Redis (see Redis.ClaimTask).
-func (d *Dual) ClaimTask(ctx context.Context, planID string, release []plan.QueueEntry, lease time.Duration) (plan.Claim, error) {
-	c, err := d.r.ClaimTask(ctx, planID, release, lease)
+// ClaimTasks claims in Redis (see Redis.ClaimTasks).
+func (d *Dual) ClaimTasks(ctx context.Context, planID string, release []plan.QueueEntry, lease time.Duration, want int) (plan.Claim, error) {
+	c, err := d.r.ClaimTasks(ctx, planID, release, lease, want)
 	d.observe(err)
 	return c, err
 }

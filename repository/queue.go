@@ -114,12 +114,14 @@ func (r *Redis) PushQueue(ctx context.Context, planID string, es []plan.QueueEnt
 	return wrapErr(ctx, op, err)
 }
 
-// ClaimTask frees the permits of release (tasks of the caller that ended),
-// then takes the next queued entry of a RUNNING plan with a permit leased
-// for lease, if fewer than the plan's maxConcurrency are held. One round
-// trip. A permit not to be had is ClaimFull, not an error.
-func (r *Redis) ClaimTask(ctx context.Context, planID string, release []plan.QueueEntry, lease time.Duration) (plan.Claim, error) {
-	op := "claim a task of plan " + planID
+// ClaimTasks frees the permits of release (tasks of the caller that
+// ended), then takes up to want queued entries of a RUNNING plan, each with
+// a permit leased for lease, as many as fewer than the plan's
+// maxConcurrency permits held allow. One round trip however many it
+// grants. A permit not to be had is ClaimFull, not an error. An entry this
+// package did not write is dropped with its permit; the others are granted.
+func (r *Redis) ClaimTasks(ctx context.Context, planID string, release []plan.QueueEntry, lease time.Duration, want int) (plan.Claim, error) {
+	op := "claim tasks of plan " + planID
 	qk, err := r.keys.queueKeys(planID)
 	if err != nil {
 		return plan.Claim{}, fmt.Errorf("%s: %w", op, err)
@@ -128,11 +130,14 @@ func (r *Redis) ClaimTask(ctx context.Context, planID string, release []plan.Que
 	if err != nil {
 		return plan.Claim{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if lease < time.Millisecond {
+	switch {
+	case lease < time.Millisecond:
 		return plan.Claim{}, fmt.Errorf("%s: %w: permit lease %s under 1ms", op, plan.ErrInvalid, lease)
+	case want < 1 || want > plan.MaxConcurrencyLimit:
+		return plan.Claim{}, fmt.Errorf("%s: %w: %d entries wanted, not 1 to %d", op, plan.ErrInvalid, want, plan.MaxConcurrencyLimit)
 	}
-	args := make([]any, 0, 3+len(rel))
-	args = append(args, lease.Milliseconds(), r.ttlMs(), len(rel))
+	args := make([]any, 0, 4+len(rel))
+	args = append(args, lease.Milliseconds(), r.ttlMs(), want, len(rel))
 	for _, v := range rel {
 		args = append(args, v)
 	}
@@ -146,13 +151,27 @@ func (r *Redis) ClaimTask(ctx context.Context, planID string, release []plan.Que
 	}
 	switch replyInt(s[0]) {
 	case 3:
-		e, err := plan.ParseQueueEntry(replyStr(s[1]))
-		if err != nil {
-			// Not written by this package: drop it (its permit with it).
-			_, _ = r.c.ZRem(ctx, qk.permits, replyStr(s[1])).Result()
-			return plan.Claim{}, fmt.Errorf("%s: %w", op, err)
+		c := plan.Claim{Outcome: plan.ClaimGranted, Permits: int(replyInt(s[1])), Entries: make([]plan.QueueEntry, 0, len(s)-2)}
+		var bad []any
+		var badErr error
+		for _, raw := range s[2:] {
+			e, err := plan.ParseQueueEntry(replyStr(raw))
+			if err != nil {
+				bad = append(bad, replyStr(raw))
+				badErr = err
+				continue
+			}
+			c.Entries = append(c.Entries, e)
 		}
-		return plan.Claim{Outcome: plan.ClaimGranted, Entry: e, Permits: int(replyInt(s[2]))}, nil
+		if len(bad) > 0 {
+			// Not written by this package: drop them (their permits with them).
+			_, _ = r.c.ZRem(ctx, qk.permits, bad...).Result()
+			c.Permits -= len(bad)
+			if len(c.Entries) == 0 {
+				return plan.Claim{}, fmt.Errorf("%s: %w", op, badErr)
+			}
+		}
+		return c, nil
 	case 1:
 		return plan.Claim{Outcome: plan.ClaimFull, Permits: int(replyInt(s[1]))}, nil
 	case 2:

@@ -2,6 +2,7 @@ package repository
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,37 +33,37 @@ func TestQueueClaimPermits(t *testing.T) {
 		}
 		var got []plan.QueueEntry
 		for i := range 5 {
-			c, err := e.redis.ClaimTask(ctx, id, nil, time.Minute)
+			c, err := e.redis.ClaimTasks(ctx, id, nil, time.Minute, 1)
 			if err != nil || c.Outcome != plan.ClaimGranted {
 				t.Fatalf("claim %d: %+v %v", i, c, err)
 			}
-			if c.Entry.TaskID != f.tasks[i].ID || c.Entry.TenantID != f.tasks[i].TenantID || c.Permits != i+1 {
+			if c.Entries[0].TaskID != f.tasks[i].ID || c.Entries[0].TenantID != f.tasks[i].TenantID || c.Permits != i+1 {
 				t.Fatalf("claim %d got %+v, want task %s", i, c, f.tasks[i].ID)
 			}
-			got = append(got, c.Entry)
+			got = append(got, c.Entries[0])
 		}
-		c, err := e.redis.ClaimTask(ctx, id, nil, time.Minute)
+		c, err := e.redis.ClaimTasks(ctx, id, nil, time.Minute, 1)
 		if err != nil || c.Outcome != plan.ClaimFull || c.Permits != 5 {
 			t.Fatalf("sixth claim: %+v %v, want full", c, err)
 		}
 		// Freeing one permit in the claim lets it through: one round trip.
 		var c2 plan.Claim
-		n := e.counter.Count(func() { c2, err = e.redis.ClaimTask(ctx, id, got[:1], time.Minute) })
-		if err != nil || c2.Outcome != plan.ClaimGranted || c2.Entry.TaskID != f.tasks[5].ID || n != 1 {
+		n := e.counter.Count(func() { c2, err = e.redis.ClaimTasks(ctx, id, got[:1], time.Minute, 1) })
+		if err != nil || c2.Outcome != plan.ClaimGranted || c2.Entries[0].TaskID != f.tasks[5].ID || n != 1 {
 			t.Fatalf("claim with release: %+v %v in %d round trips", c2, err, n)
 		}
 		if err := e.redis.ReleasePermits(ctx, id, got[1:3]); err != nil {
 			t.Fatal(err)
 		}
 		for range 2 {
-			if c, err := e.redis.ClaimTask(ctx, id, nil, time.Minute); err != nil || c.Outcome != plan.ClaimGranted {
+			if c, err := e.redis.ClaimTasks(ctx, id, nil, time.Minute, 1); err != nil || c.Outcome != plan.ClaimGranted {
 				t.Fatalf("claim after release: %+v %v", c, err)
 			}
 		}
 		if err := e.redis.ReleasePermits(ctx, id, got[3:5]); err != nil {
 			t.Fatal(err)
 		}
-		if c, err := e.redis.ClaimTask(ctx, id, nil, time.Minute); err != nil || c.Outcome != plan.ClaimEmpty || c.Permits != 3 {
+		if c, err := e.redis.ClaimTasks(ctx, id, nil, time.Minute, 1); err != nil || c.Outcome != plan.ClaimEmpty || c.Permits != 3 {
 			t.Fatalf("claim on empty queue: %+v %v", c, err)
 		}
 		// A plan that is not RUNNING hands out nothing.
@@ -76,7 +77,7 @@ func TestQueueClaimPermits(t *testing.T) {
 		if err := e.redis.PushQueue(ctx, id, entriesOf(f, plan.QueueResume)[:1], true); err != nil {
 			t.Fatal(err)
 		}
-		if c, err := e.redis.ClaimTask(ctx, id, nil, time.Minute); err != nil || c.Outcome != plan.ClaimNotRunning || c.Status != plan.StatusPaused {
+		if c, err := e.redis.ClaimTasks(ctx, id, nil, time.Minute, 1); err != nil || c.Outcome != plan.ClaimNotRunning || c.Status != plan.StatusPaused {
 			t.Fatalf("claim on paused plan: %+v %v", c, err)
 		}
 		qs, err := e.redis.ActiveQueues(ctx)
@@ -85,7 +86,7 @@ func TestQueueClaimPermits(t *testing.T) {
 		}
 		// A missing plan is an answer too, and leaves the active set.
 		other := plan.NewID(e.clock.Now())
-		if c, err := e.redis.ClaimTask(ctx, other, nil, time.Minute); err != nil || c.Outcome != plan.ClaimNoPlan {
+		if c, err := e.redis.ClaimTasks(ctx, other, nil, time.Minute, 1); err != nil || c.Outcome != plan.ClaimNoPlan {
 			t.Fatalf("claim on missing plan: %+v %v", c, err)
 		}
 		if err := e.redis.DropQueue(ctx, id); err != nil {
@@ -93,6 +94,55 @@ func TestQueueClaimPermits(t *testing.T) {
 		}
 		if qs, err := e.redis.ActiveQueues(ctx); err != nil || len(qs) != 0 {
 			t.Fatalf("active queues after drop: %+v %v", qs, err)
+		}
+	})
+}
+
+// TestQueueClaimSeveral: one claim grants up to want entries in queue
+// order, never more than maxConcurrency permits across claimers, in one
+// round trip; a bad entry among them is dropped with its permit and the
+// others are granted.
+func TestQueueClaimSeveral(t *testing.T) {
+	eachRedis(t, Config{}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		f := createPlan(t, e, 8, 0) // maxConcurrency 5
+		id := f.plan.ID
+		es := entriesOf(f, plan.QueueStart)
+		if err := e.redis.PushQueue(ctx, id, es, false); err != nil {
+			t.Fatal(err)
+		}
+		var c plan.Claim
+		var err error
+		n := e.counter.Count(func() { c, err = e.redis.ClaimTasks(ctx, id, nil, time.Minute, 3) })
+		if err != nil || c.Outcome != plan.ClaimGranted || !slices.Equal(c.Entries, es[:3]) || c.Permits != 3 || n != 1 {
+			t.Fatalf("claim of 3: %+v %v in %d round trips, want %v", c, err, n, es[:3])
+		}
+		// Only two permits are left: wanting ten grants two.
+		c, err = e.redis.ClaimTasks(ctx, id, nil, time.Minute, 10)
+		if err != nil || c.Outcome != plan.ClaimGranted || !slices.Equal(c.Entries, es[3:5]) || c.Permits != 5 {
+			t.Fatalf("claim of 10 with 2 permits free: %+v %v, want %v", c, err, es[3:5])
+		}
+		if c, err := e.redis.ClaimTasks(ctx, id, nil, time.Minute, 10); err != nil || c.Outcome != plan.ClaimFull {
+			t.Fatalf("claim with every permit held: %+v %v", c, err)
+		}
+		// Freeing four lets three (the rest of the queue) through, with a
+		// hand-written bad entry in between dropped.
+		k, _ := e.redis.Keys().PlanQueue(id)
+		if err := e.client.LInsert(ctx, k, "AFTER", es[5].String(), "s|{evil}|x").Err(); err != nil {
+			t.Fatal(err)
+		}
+		c, err = e.redis.ClaimTasks(ctx, id, es[:4], time.Minute, 10)
+		if err != nil || c.Outcome != plan.ClaimGranted || !slices.Equal(c.Entries, es[5:8]) || c.Permits != 4 {
+			t.Fatalf("claim after freeing 4: %+v %v, want %v", c, err, es[5:8])
+		}
+		q, h, err := e.redis.QueueEntries(ctx, id)
+		if err != nil || len(q) != 0 || len(h) != 4 {
+			t.Fatalf("queue %v, held %v (%v): want empty and 4 held", q, h, err)
+		}
+		for _, want := range []int{0, -1, plan.MaxConcurrencyLimit + 1} {
+			if _, err := e.redis.ClaimTasks(ctx, id, nil, time.Minute, want); !errors.Is(err, plan.ErrInvalid) {
+				t.Errorf("claim of %d entries: %v, want invalid", want, err)
+			}
 		}
 	})
 }
@@ -110,33 +160,33 @@ func TestQueuePermitExpiry(t *testing.T) {
 			t.Fatal(err)
 		}
 		const lease = 300 * time.Millisecond
-		a, err := e.redis.ClaimTask(ctx, id, nil, lease)
+		a, err := e.redis.ClaimTasks(ctx, id, nil, lease, 1)
 		if err != nil || a.Outcome != plan.ClaimGranted {
 			t.Fatal(a, err)
 		}
-		b, err := e.redis.ClaimTask(ctx, id, nil, time.Minute)
+		b, err := e.redis.ClaimTasks(ctx, id, nil, time.Minute, 1)
 		if err != nil || b.Outcome != plan.ClaimGranted {
 			t.Fatal(b, err)
 		}
 		// Renewing while held keeps it; wait past the first lease renewing.
 		deadline := time.Now().Add(2 * lease)
 		for time.Now().Before(deadline) {
-			if n, err := e.redis.RenewPermits(ctx, id, []plan.QueueEntry{a.Entry}, lease); err != nil || n != 1 {
+			if n, err := e.redis.RenewPermits(ctx, id, []plan.QueueEntry{a.Entries[0]}, lease); err != nil || n != 1 {
 				t.Fatalf("renew: %d %v", n, err)
 			}
 			time.Sleep(lease / 5)
 		}
-		c, err := e.redis.ClaimTask(ctx, id, nil, time.Minute)
-		if err != nil || c.Outcome != plan.ClaimGranted || c.Entry != es[2] {
+		c, err := e.redis.ClaimTasks(ctx, id, nil, time.Minute, 1)
+		if err != nil || c.Outcome != plan.ClaimGranted || c.Entries[0] != es[2] {
 			t.Fatalf("claim while renewed: %+v %v, want %v", c, err, es[2])
 		}
 		// Stop renewing: after the lease the entry comes back first.
-		if err := e.redis.ReleasePermits(ctx, id, []plan.QueueEntry{c.Entry}); err != nil {
+		if err := e.redis.ReleasePermits(ctx, id, []plan.QueueEntry{c.Entries[0]}); err != nil {
 			t.Fatal(err)
 		}
 		var again plan.Claim
 		for range 100 {
-			if again, err = e.redis.ClaimTask(ctx, id, nil, time.Minute); err != nil {
+			if again, err = e.redis.ClaimTasks(ctx, id, nil, time.Minute, 1); err != nil {
 				t.Fatal(err)
 			}
 			if again.Outcome != plan.ClaimEmpty {
@@ -144,7 +194,7 @@ func TestQueuePermitExpiry(t *testing.T) {
 			}
 			time.Sleep(lease / 5)
 		}
-		if again.Outcome != plan.ClaimGranted || again.Entry != a.Entry || again.Permits != 2 {
+		if again.Outcome != plan.ClaimGranted || again.Entries[0] != a.Entries[0] || again.Permits != 2 {
 			t.Fatalf("expired permit's entry not queued again: %+v", again)
 		}
 		if n, err := e.redis.RenewPermits(ctx, id, []plan.QueueEntry{es[2]}, lease); err != nil || n != 0 {
@@ -174,7 +224,7 @@ func TestQueueHostileInput(t *testing.T) {
 			if !errors.Is(err, plan.ErrInvalid) && !errors.Is(err, task.ErrInvalid) {
 				t.Errorf("push %q: %v, want invalid", b.String(), err)
 			}
-			if _, err := e.redis.ClaimTask(ctx, f.plan.ID, []plan.QueueEntry{b}, time.Minute); err == nil {
+			if _, err := e.redis.ClaimTasks(ctx, f.plan.ID, []plan.QueueEntry{b}, time.Minute, 1); err == nil {
 				t.Errorf("claim releasing %q accepted", b.String())
 			}
 		}
@@ -182,11 +232,11 @@ func TestQueueHostileInput(t *testing.T) {
 			if err := e.redis.PushQueue(ctx, id, []plan.QueueEntry{good}, false); !errors.Is(err, plan.ErrInvalid) {
 				t.Errorf("push to plan %q: %v", id, err)
 			}
-			if _, err := e.redis.ClaimTask(ctx, id, nil, time.Minute); !errors.Is(err, plan.ErrInvalid) {
+			if _, err := e.redis.ClaimTasks(ctx, id, nil, time.Minute, 1); !errors.Is(err, plan.ErrInvalid) {
 				t.Errorf("claim on plan %q: %v", id, err)
 			}
 		}
-		if _, err := e.redis.ClaimTask(ctx, f.plan.ID, nil, 0); !errors.Is(err, plan.ErrInvalid) {
+		if _, err := e.redis.ClaimTasks(ctx, f.plan.ID, nil, 0, 1); !errors.Is(err, plan.ErrInvalid) {
 			t.Errorf("claim with no lease: %v", err)
 		}
 		if q, h, err := e.redis.QueueEntries(ctx, f.plan.ID); err != nil || len(q) != 0 || len(h) != 0 {
@@ -197,7 +247,7 @@ func TestQueueHostileInput(t *testing.T) {
 		if err := e.client.RPush(ctx, k, "s|{evil}|x").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.redis.ClaimTask(ctx, f.plan.ID, nil, time.Minute); !errors.Is(err, task.ErrInvalid) {
+		if _, err := e.redis.ClaimTasks(ctx, f.plan.ID, nil, time.Minute, 1); !errors.Is(err, task.ErrInvalid) {
 			t.Fatalf("claim of a bad entry: %v", err)
 		}
 		if q, h, err := e.redis.QueueEntries(ctx, f.plan.ID); err != nil || len(q) != 0 || len(h) != 0 {

@@ -1,16 +1,20 @@
--- claim_plan_task.lua: take one entry of a plan's shared work queue and a
--- permit for it, if the plan is RUNNING and fewer than maxConcurrency
--- permits are held (by every instance together). One round trip, in the
--- plan's slot.
+-- claim_plan_task.lua: take up to ARGV[3] entries of a plan's shared work
+-- queue and a permit for each, if the plan is RUNNING, as many as fewer than
+-- maxConcurrency permits held (by every instance together) allow. One round
+-- trip, in the plan's slot, however many entries it grants: an instance
+-- claims its free share at once, so the starts of those tasks go to Redis
+-- together (their reads, locks and first writes share pipelines).
 --
 -- KEYS[1] -> {p}plan:{planId}            plan record (HASH)
 -- KEYS[2] -> {p}plan:{planId}:queue      queued entries (LIST of "<kind>|<tenantId>|<taskId>")
 -- KEYS[3] -> {p}plan:{planId}:permits    held permits (ZSET entry -> lease end, ms, Redis clock)
 -- ARGV[1] -> permit lease in milliseconds
 -- ARGV[2] -> TTL of the plan keys in milliseconds
--- ARGV[3] -> n, the number of permits to free first (the caller's tasks that ended)
--- ARGV[4 .. 3+n] -> those entries
--- Returns {3, entry, permits} when granted; {1, permits} when every permit
+-- ARGV[3] -> want, the most entries to grant (>= 1)
+-- ARGV[4] -> n, the number of permits to free first (the caller's tasks that ended)
+-- ARGV[5 .. 4+n] -> those entries
+-- Returns {3, permits, entry, ...} (1 to want entries, in queue order) when
+-- granted; {1, permits} when every permit
 -- is held; {2, permits} when the queue is empty; {0, status} when the plan
 -- is not RUNNING; {-1} when the plan is missing.
 --
@@ -22,8 +26,8 @@
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local n = tonumber(ARGV[3])
-for i = 4, 3 + n do redis.call('ZREM', KEYS[3], ARGV[i]) end
+local want, n = tonumber(ARGV[3]), tonumber(ARGV[4])
+for i = 5, 4 + n, 1000 do redis.call('ZREM', KEYS[3], unpack(ARGV, i, math.min(i + 999, 4 + n))) end
 
 local dead = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
 if #dead > 0 then
@@ -39,8 +43,15 @@ local max = tonumber(p[2]) or 1
 if max < 1 then max = 1 end
 local held = redis.call('ZCARD', KEYS[3])
 if held >= max then return {1, held} end
-local e = redis.call('LPOP', KEYS[2])
-if not e then return {2, held} end
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[1]), e)
+local es = redis.call('LPOP', KEYS[2], math.min(want, max - held))
+if not es then return {2, held} end
+local until_ms, z = now + tonumber(ARGV[1]), {}
+for i = 1, #es do
+  z[#z + 1] = until_ms
+  z[#z + 1] = es[i]
+end
+for i = 1, #z, 1000 do redis.call('ZADD', KEYS[3], unpack(z, i, math.min(i + 999, #z))) end
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
-return {3, e, held + 1}
+local out = {3, held + #es}
+for i = 1, #es do out[#out + 1] = es[i] end
+return out
