@@ -19,10 +19,13 @@
 -- now at least 1 cannot change the plan's status under plan.Derive's rule,
 -- unless it re-runs a task of a finished plan: a plan finishes only with no
 -- active task, and only a new failure pauses it. Such a move (every task
--- start) skips the derivation and answers the stored status. An applied
--- update gives the plan's three keys the TTL again when the counts hash has
--- less than TTL - min(TTL/100, 30 s) left (as write_task.lua does for a
--- task's keys).
+-- start) skips the derivation and answers the stored status. So does a
+-- move out of an active status whose counter is still at least 1 after it,
+-- to a status that is neither active nor FAILED with a failure threshold
+-- set (every task's finish but the plan's last ones). An applied update
+-- gives the plan's keys the TTL again when the counts hash has less than
+-- TTL - min(TTL/100, 30 s) left (as write_task.lua does for a task's keys),
+-- and when the plan's status changed.
 --
 -- An applied move also moves the task between the plan's per-status task
 -- indexes (KEYS[4..9], ZSETs scored by the Unix microseconds of the move,
@@ -73,25 +76,34 @@ local function move(base)
     -- Nothing moved, so the plan's status has no reason to change.
     return cur, 0
   end
-  local count
+  local count, left
   if old.status ~= new then
-    count_task(KEYS[1], old.status, old.owner, -1)
+    left = count_task(KEYS[1], old.status, old.owner, -1)
     count = count_task(KEYS[1], new, owner, 1)
   elseif old.status == 'RUNNING' and old.owner ~= owner then
     count_owner(KEYS[1], old.owner, -1)
     count_owner(KEYS[1], owner, 1)
   end
   redis.call('HSET', KEYS[1], field, format_ledger(new, seq, fence, ARGV[base + 5], owner, tenant))
-  index_task(sets, id, old.status, new, score, ARGV[9])
+  index_task(sets, id, old.status, new, score, ARGV[9], count)
   local active = new == 'PENDING' or new == 'RUNNING' or new == 'PAUSED'
+  local was_active = old.status == 'PENDING' or old.status == 'RUNNING' or old.status == 'PAUSED'
   local finished = cur == 'COMPLETED' or cur == 'FAILED' or cur == 'CANCELLED'
-  if not (active and count and count >= 1) or (finished and (new == 'RUNNING' or new == 'PENDING') and old.status ~= 'PENDING') then
-    p[1] = derive_plan(KEYS[1], KEYS[2], ARGV[8], ARGV[10], old.status, new, p)
+  local failing = new == 'FAILED' and (tonumber(p[3]) or 0) > 0
+  if active and count and count >= 1 and not (finished and (new == 'RUNNING' or new == 'PENDING') and old.status ~= 'PENDING') then
+    return p[1], 1
   end
+  if not active and not failing and was_active and left and left >= 1 then
+    -- A task left an active status others are still in (every task's
+    -- finish but the plan's last ones): the plan cannot finish, and only
+    -- a failure pauses it, so its status stays.
+    return p[1], 1
+  end
+  p[1] = derive_plan(KEYS[1], KEYS[2], ARGV[8], ARGV[10], old.status, new, p)
   return p[1], 1
 end
 
-local applied = false
+local applied, before = false, p[1]
 for i = 1, moves do
   local base = 0
   if i > 1 then base = 11 + 7 * (i - 2) end
@@ -101,7 +113,7 @@ for i = 1, moves do
   applied = applied or ok == 1
 end
 local ttl = tonumber(ARGV[9])
-if applied and redis.call('PTTL', KEYS[1]) < ttl - math.min(math.floor(ttl / 100), 30000) then
+if applied and (p[1] ~= before or redis.call('PTTL', KEYS[1]) < ttl - math.min(math.floor(ttl / 100), 30000)) then
   for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end
 end
 return out
