@@ -64,13 +64,131 @@ if not p[1] then
   return out
 end
 
+-- The moves of one call are applied to a copy of what they touch in the
+-- counts hash — their ledger entries and counters, read with one HMGET
+-- each — and written back with one HSET (and one ZREM and ZADD per status
+-- index) at the end, and before a derivation, which reads the counters.
+-- Each move sees the state the moves before it left, as if run alone.
+local function base_of(i)
+  if i == 1 then return 0 end
+  return 11 + 7 * (i - 2)
+end
+
+local function hmget(key, fields)
+  local vals = {}
+  for i = 1, #fields, 1000 do
+    local got = redis.call('HMGET', key, unpack(fields, i, math.min(i + 999, #fields)))
+    for j = 1, #got do vals[#vals + 1] = got[j] end
+  end
+  return vals
+end
+
+local ledger, dirty = {}, {}
+do
+  local fields = {}
+  for i = 1, moves do fields[i] = 't:' .. ARGV[base_of(i) + 1] end
+  local got = hmget(KEYS[1], fields)
+  for i = 1, moves do
+    if ledger[fields[i]] == nil then ledger[fields[i]] = got[i] end
+  end
+end
+
+-- counters: status counters and RUNNING@<owner>, as the moves need them
+local counters = {}
+do
+  local want, seen = {}, {}
+  local function need(f)
+    if f ~= '' and not seen[f] then seen[f] = true; want[#want + 1] = f end
+  end
+  for i = 1, moves do
+    local b = base_of(i)
+    local old = parse_ledger(ledger['t:' .. ARGV[b + 1]])
+    need(ARGV[b + 2])
+    if ARGV[b + 6] ~= '' then need('RUNNING@' .. ARGV[b + 6]) end
+    if old then
+      need(old.status)
+      if old.owner ~= '' then need('RUNNING@' .. old.owner) end
+    end
+  end
+  local got = hmget(KEYS[1], want)
+  for i, f in ipairs(want) do counters[f] = tonumber(got[i]) or 0 end
+end
+
+-- An owner's counter is deleted when it reaches 0 (count_owner).
+local owner_field = {}
+local function bump_owner(owner, delta)
+  if owner == '' then return end
+  local f = 'RUNNING@' .. owner
+  local v = counters[f] + delta
+  if v < 0 then v = 0 end
+  counters[f], dirty[f], owner_field[f] = v, true, true
+end
+local function bump(status, owner, delta)
+  if status == '' then return nil end
+  local v = counters[status] + delta
+  counters[status], dirty[status] = v, true
+  if status == 'RUNNING' then bump_owner(owner, delta) end
+  return v
+end
+
+local function flush_counts()
+  local hset, hdel = {}, {}
+  for f in pairs(dirty) do
+    local v = counters[f]
+    if v == nil then v = ledger[f] end
+    if owner_field[f] and v == 0 then
+      hdel[#hdel + 1] = f
+    else
+      hset[#hset + 1] = f
+      hset[#hset + 1] = v
+    end
+  end
+  for i = 1, #hset, 1000 do redis.call('HSET', KEYS[1], unpack(hset, i, math.min(i + 999, #hset))) end
+  for i = 1, #hdel, 1000 do redis.call('HDEL', KEYS[1], unpack(hdel, i, math.min(i + 999, #hdel))) end
+  dirty = {}
+end
+
+-- index: per status index, task id -> score (added) or false (removed);
+-- the last move of a task in this call decides
+local index, fresh = {}, {}
+local function index_move(id, from, to, count)
+  if not sets then return end
+  if from ~= to and sets[from] then
+    index[sets[from]] = index[sets[from]] or {}
+    index[sets[from]][id] = false
+  end
+  local k = sets[to]
+  if not k then return end
+  index[k] = index[k] or {}
+  index[k][id] = score
+  -- more than one task counted in to: the index existed before (see index_task)
+  if count == nil or count <= 1 then fresh[k] = true end
+end
+
+local function flush_index()
+  for k, ids in pairs(index) do
+    local rem, add = {}, {}
+    for id, v in pairs(ids) do
+      if v then
+        add[#add + 1] = v
+        add[#add + 1] = id
+      else
+        rem[#rem + 1] = id
+      end
+    end
+    for i = 1, #rem, 1000 do redis.call('ZREM', k, unpack(rem, i, math.min(i + 999, #rem))) end
+    for i = 1, #add, 1000 do redis.call('ZADD', k, unpack(add, i, math.min(i + 999, #add))) end
+    if #add > 0 and fresh[k] and redis.call('PTTL', k) < 0 then redis.call('PEXPIRE', k, ARGV[9]) end
+  end
+end
+
 -- move applies one task's move (its 7 arguments from ARGV[base+1]) and
 -- returns the plan status and 1 if it applied.
 local function move(base)
   local cur = p[1]
   local id, new, owner, tenant = ARGV[base + 1], ARGV[base + 2], ARGV[base + 6], ARGV[base + 7]
   local field = 't:' .. id
-  local old = parse_ledger(redis.call('HGET', KEYS[1], field))
+  local old = parse_ledger(ledger[field])
   local seq, fence = tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
   if not (old and (seq > old.seq or (seq == old.seq and fence > old.fence))) then
     -- Nothing moved, so the plan's status has no reason to change.
@@ -78,14 +196,14 @@ local function move(base)
   end
   local count, left
   if old.status ~= new then
-    left = count_task(KEYS[1], old.status, old.owner, -1)
-    count = count_task(KEYS[1], new, owner, 1)
+    left = bump(old.status, old.owner, -1)
+    count = bump(new, owner, 1)
   elseif old.status == 'RUNNING' and old.owner ~= owner then
-    count_owner(KEYS[1], old.owner, -1)
-    count_owner(KEYS[1], owner, 1)
+    bump_owner(old.owner, -1)
+    bump_owner(owner, 1)
   end
-  redis.call('HSET', KEYS[1], field, format_ledger(new, seq, fence, ARGV[base + 5], owner, tenant))
-  index_task(sets, id, old.status, new, score, ARGV[9], count)
+  ledger[field], dirty[field] = format_ledger(new, seq, fence, ARGV[base + 5], owner, tenant), true
+  index_move(id, old.status, new, count)
   local active = new == 'PENDING' or new == 'RUNNING' or new == 'PAUSED'
   local was_active = old.status == 'PENDING' or old.status == 'RUNNING' or old.status == 'PAUSED'
   local finished = cur == 'COMPLETED' or cur == 'FAILED' or cur == 'CANCELLED'
@@ -99,19 +217,20 @@ local function move(base)
     -- a failure pauses it, so its status stays.
     return p[1], 1
   end
+  flush_counts()
   p[1] = derive_plan(KEYS[1], KEYS[2], ARGV[8], ARGV[10], old.status, new, p)
   return p[1], 1
 end
 
 local applied, before = false, p[1]
 for i = 1, moves do
-  local base = 0
-  if i > 1 then base = 11 + 7 * (i - 2) end
-  local status, ok = move(base)
+  local status, ok = move(base_of(i))
   out[#out + 1] = status
   out[#out + 1] = ok
   applied = applied or ok == 1
 end
+flush_counts()
+flush_index()
 local ttl = tonumber(ARGV[9])
 if applied and (p[1] ~= before or redis.call('PTTL', KEYS[1]) < ttl - math.min(math.floor(ttl / 100), 30000)) then
   for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end
