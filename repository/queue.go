@@ -330,12 +330,21 @@ func (r *Redis) ActiveQueues(ctx context.Context) ([]plan.QueueState, error) {
 	return out, nil
 }
 
-// QueuedTask reads the task of a queue entry (its record and nothing else
-// of the tenant): one round trip. Returns task.ErrNotFound.
+// QueuedTask reads the task of a queue entry (its record and nothing else:
+// not its checkpoint, which only a retried task starts from and reads
+// then): one round trip, shared with other reads. Returns task.ErrNotFound.
 func (r *Redis) QueuedTask(ctx context.Context, e plan.QueueEntry) (*task.Task, error) {
+	op := "read task " + e.TaskID
 	if err := e.Check(); err != nil {
 		return nil, fmt.Errorf("read queued task: %w", err)
 	}
-	t, _, err := r.loadTask(ctx, "read task "+e.TaskID, e.TenantID, e.TaskID)
-	return t, err
+	tk, err := r.keys.taskKeys(e.TenantID, e.TaskID)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	h := redis.NewMapStringStringCmd(ctx, "hgetall", tk.task)
+	if err := r.readPipe(ctx, h); err != nil {
+		return nil, wrapErr(ctx, op, err)
+	}
+	return decodeRecord(ctx, op, tk, h)
 }

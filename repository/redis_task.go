@@ -380,15 +380,9 @@ func (r *Redis) loadTask(ctx context.Context, op, tenantID, taskID string) (*tas
 // decodeLoaded decodes the answers to HGETALL of a task record and GET of
 // its checkpoint. Returns task.ErrNotFound when the record is missing.
 func decodeLoaded(ctx context.Context, op string, tk taskKeys, h *redis.MapStringStringCmd, c *redis.StringCmd) (*task.Task, *checkpoint.Checkpoint, error) {
-	if err := h.Err(); err != nil {
-		return nil, nil, wrapErr(ctx, op, err)
-	}
-	t, err := decodeTask(tk.task, h.Val())
+	t, err := decodeRecord(ctx, op, tk, h)
 	if err != nil {
 		return nil, nil, err
-	}
-	if t == nil {
-		return nil, nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
 	}
 	switch err := c.Err(); {
 	case errors.Is(err, redis.Nil):
@@ -401,6 +395,22 @@ func decodeLoaded(ctx context.Context, op string, tk taskKeys, h *redis.MapStrin
 		return nil, nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, tk.ckpt, err)
 	}
 	return t, &cp, nil
+}
+
+// decodeRecord decodes the answer to HGETALL of a task record. Returns
+// task.ErrNotFound when the record is missing.
+func decodeRecord(ctx context.Context, op string, tk taskKeys, h *redis.MapStringStringCmd) (*task.Task, error) {
+	if err := h.Err(); err != nil {
+		return nil, wrapErr(ctx, op, err)
+	}
+	t, err := decodeTask(tk.task, h.Val())
+	if err != nil {
+		return nil, err
+	}
+	if t == nil {
+		return nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
+	}
+	return t, nil
 }
 
 // TenantHistory returns up to limit of the tenant's tasks, newest first
