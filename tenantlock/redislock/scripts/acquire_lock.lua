@@ -29,8 +29,14 @@ if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
   end
   return 0
 end
-local n = redis.call("INCR", KEYS[2])
 local floor = tonumber(ARGV[3])
+if not current and floor >= 1 then
+  -- A new counter starts at the floor (what INCR to 1 and raising it to
+  -- the floor would leave, in one command).
+  redis.call("SET", KEYS[2], ARGV[3])
+  return floor
+end
+local n = redis.call("INCR", KEYS[2])
 if n < floor then
   redis.call("SET", KEYS[2], ARGV[3])
   n = floor
