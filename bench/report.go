@@ -195,7 +195,7 @@ func (r *report) tables() []table {
 		trans := float64(x.tasks * (x.stages - 1))
 		t.rows = append(t.rows,
 			row{"per task start: claim of a queue entry and a permit (shared plan work)", perOp(float64(x.single[rtClaim]) / n1), "—", ""},
-			row{"per task start: read of the claimed task (record + checkpoint)", perOp(float64(x.single[rtTaskRecord]) / n1), "—", ""},
+			row{"per task start: read of the claimed task (its record)", perOp(float64(x.single[rtTaskRecord]) / n1), "—", ""},
 			row{"per task start: lock acquire (acquire_lock.lua)", perOp(float64(x.single[rtLockAcquire]) / n1), "—", ""},
 			row{"per task start: PENDING→RUNNING write (write_task + move_plan_counts, pipelined)", perOp(x.singleW[rtTaskStart] / n1), "≤ 1", verdict(x.singleW[rtTaskStart] <= n1+0.001)},
 			row{"per task start in all (claim + read + lock + PENDING→RUNNING write)", perOp((float64(x.single[rtClaim]+x.single[rtTaskRecord]+x.single[rtLockAcquire]) + x.singleW[rtTaskStart]) / n1), "", ""},
