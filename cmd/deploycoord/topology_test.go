@@ -13,6 +13,7 @@ import (
 
 	"github.com/deploycoord/deploycoord/httpapi"
 	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // The binary on the two other Redis topologies (docs/operations.md on Redis topologies,
@@ -438,6 +439,18 @@ func sentinelDrill(t *testing.T, sc sentinelCase) {
 			"maxConcurrency": sc.concurrency,
 		})
 		plans[pre] = p.PlanID
+	}
+	// Replication is asynchronous: a failover loses what the replica had
+	// not received when the master died. The drill is about the writes
+	// after that moment (tasks orphaned, retried), not about the plans
+	// themselves, so it waits for the replica to acknowledge them (one
+	// run, under -race on a loaded machine, lost a plan created before the
+	// kill). WAIT counts the replicas that acknowledged every write so far.
+	mc := redis.NewClient(&redis.Options{Addr: s.Master.Addr})
+	n, err := mc.Wait(ctx, 1, 10*time.Second).Result()
+	_ = mc.Close()
+	if err != nil || n < 1 {
+		t.Fatalf("WAIT for the replica to acknowledge the plans: %d replicas, %v", n, err)
 	}
 	if sc.hold {
 		until(t, 20*time.Second, func() (bool, string) {
