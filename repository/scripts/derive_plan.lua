@@ -24,14 +24,11 @@
 --       the plan's per-status task indexes {p}plan:{planId}:status:<S>,
 --       passed as KEYS[first .. first+5] in the order PENDING, RUNNING,
 --       PAUSED, COMPLETED, FAILED, CANCELLED; nil when KEYS stops before
---   index_task(sets, id, from, to, score, ttl[, count])
+--   index_task(sets, id, from, to, score, ttl)
 --       moves task id from the index of status from to the index of status
 --       to, where it gets score (Unix microseconds of the move); an index
---       created by the move gets the TTL; sets nil does nothing. count,
---       when given, is the status to's counter after the move: the index
---       holds as many tasks, so above 1 it existed before and its TTL is
---       not looked at (one PTTL less per move; a plan's keys get the TTL
---       again whenever its status changes, see move_plan_counts.lua)
+--       created by the move gets the TTL; sets nil does nothing
+--       (move_plan_counts.lua batches its moves' index changes itself)
 --
 -- Keep derive_plan in step with plan.Derive: TestDeriveParity compares them.
 
@@ -110,11 +107,11 @@ local function status_sets(first)
   return sets
 end
 
-local function index_task(sets, id, from, to, score, ttl, count)
+local function index_task(sets, id, from, to, score, ttl)
   if not sets then return end
   if from ~= to and sets[from] then redis.call('ZREM', sets[from], id) end
   local k = sets[to]
   if not k then return end
   redis.call('ZADD', k, score, id)
-  if (count == nil or count <= 1) and redis.call('PTTL', k) < 0 then redis.call('PEXPIRE', k, ttl) end
+  if redis.call('PTTL', k) < 0 then redis.call('PEXPIRE', k, ttl) end
 end

@@ -161,7 +161,9 @@ local function index_move(id, from, to, count)
   if not k then return end
   index[k] = index[k] or {}
   index[k][id] = score
-  -- more than one task counted in to: the index existed before (see index_task)
+  -- More than one task counted in to: the index held tasks before, so it
+  -- has its TTL (not looked at; a plan's keys get the TTL again whenever
+  -- its status changes, below).
   if count == nil or count <= 1 then fresh[k] = true end
 end
 
