@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,29 +22,7 @@ import (
 // cpu, user + sys, µs).
 func commandStats(t testing.TB, e *benchEnv) (map[string]int64, int64) {
 	t.Helper()
-	info, err := e.client.InfoMap(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls := map[string]int64{}
-	for name, v := range info["Commandstats"] {
-		name = strings.TrimPrefix(name, "cmdstat_")
-		if name == "info" {
-			continue
-		}
-		n, _ := strconv.ParseInt(strings.TrimPrefix(strings.Split(v, ",")[0], "calls="), 10, 64)
-		calls[name] = n
-	}
-	cpu, err := e.client.InfoMap(context.Background(), "cpu").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sec float64
-	for _, k := range []string{"used_cpu_user", "used_cpu_sys"} {
-		v, _ := strconv.ParseFloat(cpu["CPU"][k], 64)
-		sec += v
-	}
-	return calls, int64(sec * 1e6)
+	return e.redisCommands(t), e.redisCPU(t).Microseconds()
 }
 
 // phaseCost is what Redis did for one phase of the tasks' life, per task.

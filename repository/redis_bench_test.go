@@ -51,12 +51,12 @@ func newBenchEnv(b testing.TB) *benchEnv {
 	return &benchEnv{client: c, counter: counter, store: store, keys: store.Keys()}
 }
 
-// redisCPU returns the server's CPU time so far.
-func (e *benchEnv) redisCPU(b *testing.B) time.Duration {
-	b.Helper()
+// redisCPU returns the server's CPU time so far (INFO cpu, user + sys).
+func (e *benchEnv) redisCPU(tb testing.TB) time.Duration {
+	tb.Helper()
 	info, err := e.client.InfoMap(context.Background(), "cpu").Result()
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	var sec float64
 	for _, k := range []string{"used_cpu_user", "used_cpu_sys"} {
@@ -66,21 +66,32 @@ func (e *benchEnv) redisCPU(b *testing.B) time.Duration {
 	return time.Duration(sec * float64(time.Second))
 }
 
-// redisCalls returns how many commands Redis has run so far, those run by
-// scripts included (INFO commandstats).
-func (e *benchEnv) redisCalls(b testing.TB) int64 {
-	b.Helper()
+// redisCommands returns how many times Redis has run each command so far,
+// by name, those run by scripts included and INFO itself left out (INFO
+// commandstats).
+func (e *benchEnv) redisCommands(tb testing.TB) map[string]int64 {
+	tb.Helper()
 	info, err := e.client.InfoMap(context.Background(), "commandstats").Result()
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	var n int64
+	out := map[string]int64{}
 	for name, v := range info["Commandstats"] {
-		if name == "cmdstat_info" {
+		name = strings.TrimPrefix(name, "cmdstat_")
+		if name == "info" {
 			continue
 		}
 		calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
-		c, _ := strconv.ParseInt(calls, 10, 64)
+		out[name], _ = strconv.ParseInt(calls, 10, 64)
+	}
+	return out
+}
+
+// redisCalls returns how many commands Redis has run so far, those run by
+// scripts included (INFO commandstats).
+func (e *benchEnv) redisCalls(tb testing.TB) int64 {
+	var n int64
+	for _, c := range e.redisCommands(tb) {
 		n += c
 	}
 	return n
