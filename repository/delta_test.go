@@ -35,19 +35,19 @@ func (h *writeArgs) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 }
 
 // note keeps the field names of a write_task.lua call (args: evalsha, sha,
-// 6, 6 keys, 10 fixed arguments, n, then n field/value pairs).
+// 6, 6 keys, 11 fixed arguments, n, then n field/value pairs).
 func (h *writeArgs) note(cmd redis.Cmder) {
 	args := cmd.Args()
-	if len(args) < 19 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+	if len(args) < 20 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
 		return
 	}
 	if sha, _ := args[1].(string); sha != writeTaskScript.sha && !strings.Contains(sha, "write_task.lua") {
 		return
 	}
-	n := int(replyInt(derefArg(args[18])))
+	n := int(replyInt(derefArg(args[19])))
 	var fields []string
-	for i := 0; i < n && 19+2*i < len(args); i++ {
-		f, _ := args[19+2*i].(string)
+	for i := 0; i < n && 20+2*i < len(args); i++ {
+		f, _ := args[20+2*i].(string)
 		fields = append(fields, f)
 	}
 	h.mu.Lock()

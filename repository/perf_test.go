@@ -449,7 +449,8 @@ func TestWriteChangedFixedFields(t *testing.T) {
 }
 
 // TestWriteRefreshesTTLsWhenLow: writes give a task's keys the TTL again
-// only when the record has less than TTL - min(TTL/100, 30 s) left.
+// only when they got it more than min(TTL/100, 30 s) ago (the record's
+// ttlAt, by the writer's clock).
 func TestWriteRefreshesTTLsWhenLow(t *testing.T) {
 	t.Parallel()
 	const ttl = 48 * time.Hour
@@ -472,8 +473,9 @@ func TestWriteRefreshesTTLsWhenLow(t *testing.T) {
 			}
 			return out
 		}
-		// Nearly the full TTL left: a write leaves the TTLs alone.
+		// Given 10 s ago: a write leaves the TTLs alone.
 		setTTL(ttl-10*time.Second, keys...)
+		e.clock.Add(10 * time.Second)
 		r.tk.EnterStage(1, "migrate", e.clock.Now())
 		r.mustWrite(task.StatusRunning, task.Write{})
 		for i, d := range ttls(keys...) {
@@ -481,8 +483,9 @@ func TestWriteRefreshesTTLsWhenLow(t *testing.T) {
 				t.Errorf("%s: TTL %s, refreshed although %s were left", keys[i], d, ttl-10*time.Second)
 			}
 		}
-		// An hour left: the next write refreshes them all.
+		// Given TTL - 1 h ago, an hour left: the next write refreshes them all.
 		setTTL(time.Hour, keys...)
+		e.clock.Add(ttl - time.Hour - 10*time.Second)
 		r.mustWrite(task.StatusRunning, task.Write{})
 		for i, d := range ttls(keys...) {
 			if d < ttl-time.Minute {

@@ -83,6 +83,7 @@ func (r *Redis) createBatch(ctx context.Context, p *plan.Plan, tasks []*task.Tas
 	pk, _ := r.keys.planKeys(p.ID)
 	ttl := r.ttlMs()
 	pp := r.pipeline()
+	nowMs := strconv.FormatInt(now.UnixMilli(), 10)
 	var push *evalCmd
 	if end > start {
 		args := make([]any, 0, 3+2*(end-start))
@@ -99,6 +100,7 @@ func (r *Redis) createBatch(ctx context.Context, p *plan.Plan, tasks []*task.Tas
 		if err != nil {
 			return fmt.Errorf("%w: %v", task.ErrInvalid, err)
 		}
+		rec = append(rec, fTTLAt, nowMs)
 		pp.p.HSet(ctx, k.task, strArgs(make([]any, 0, len(rec)), rec...)...)
 		pp.p.PExpire(ctx, k.task, r.cfg.TTL)
 		pp.p.Set(ctx, k.ref, t.TenantID, r.cfg.TTL)

@@ -55,7 +55,7 @@ type EncodedWrite struct {
 	// moving says whether the write goes to the plan's counts (movesCounts).
 	moving bool
 	// Integer arguments, passed by pointer (no allocation per argument).
-	fence, expect, timelineMax, ttl, nFields, newSeq int64
+	fence, expect, timelineMax, ttl, nowMs, nFields, newSeq int64
 }
 
 // EncodeWrite checks w (the errors of WriteTask for bad input) and encodes
@@ -92,9 +92,9 @@ func (tw *EncodedWrite) scriptArgs(writeID *string, full bool, base *ackWrite) [
 	if full {
 		n += 4
 	}
-	args := make([]any, 0, 10+2*n+len(tw.events))
+	args := make([]any, 0, 11+2*n+len(tw.events))
 	args = append(args, &tw.w.Guard.LockValue, &tw.fence, &tw.expect, writeID, &tw.ckpt,
-		flag(tw.w.ClearRequests), flag(tw.w.ReleaseLock), &tw.timelineMax, &tw.ttl, &tw.nFields)
+		flag(tw.w.ClearRequests), flag(tw.w.ReleaseLock), &tw.timelineMax, &tw.ttl, &tw.nowMs, &tw.nFields)
 	if base != nil {
 		n = 1
 		for i, name := range mutableFields {
@@ -133,7 +133,8 @@ func (r *Redis) WriteEncoded(ctx context.Context, tw *EncodedWrite) (task.WriteR
 	t := tw.w.Task
 	op := "write task " + t.ID
 	tk, _ := r.keys.taskKeys(t.TenantID, t.ID)
-	tw.timelineMax, tw.ttl, tw.newSeq = int64(r.cfg.TimelineMax), r.ttlMs(), tw.expect+1
+	now := r.now()
+	tw.timelineMax, tw.ttl, tw.nowMs, tw.newSeq = int64(r.cfg.TimelineMax), r.ttlMs(), now.UnixMilli(), tw.expect+1
 	req := &writeReq{
 		pending: pending{ctx: ctx},
 		wKeys:   []string{tk.task, tk.ckpt, tk.timeline, tk.lock, tk.index, tk.history},
@@ -144,10 +145,9 @@ func (r *Redis) WriteEncoded(ctx context.Context, tw *EncodedWrite) (task.WriteR
 		pk, _ = r.keys.planKeys(t.PlanID)
 		sk := r.keys.statusKeys(t.PlanID)
 		req.mKeys = []string{pk.counts, pk.plan, pk.tasks, sk[0], sk[1], sk[2], sk[3], sk[4], sk[5]}
-		now := r.now()
 		req.mArgs = []any{t.ID, string(t.Status), &tw.newSeq, &tw.fence, writeID, t.Owner, t.TenantID,
 			formatTime(now), &tw.ttl, plan.ReasonFailureThreshold, micros(now)}
-		if t.CreatedAt.IsZero() || r.now().Sub(t.CreatedAt) > ttlMargin(r.cfg.TTL) {
+		if t.CreatedAt.IsZero() || now.Sub(t.CreatedAt) > ttlMargin(r.cfg.TTL) {
 			// The taskref follows the record's TTL, given again when it is
 			// older than the margin the scripts apply (see write_task.lua).
 			req.ref = tk.ref
@@ -364,37 +364,82 @@ func (r *Redis) Task(ctx context.Context, taskID string) (*task.Task, *checkpoin
 	return r.loadTask(ctx, op, tenant, taskID)
 }
 
-// loadTask reads a task record and its checkpoint in one round trip.
+// loadTask reads a task record, which holds its checkpoint, in one round
+// trip (two for a record older than the checkpoint field, see
+// recordCheckpoint).
 func (r *Redis) loadTask(ctx context.Context, op, tenantID, taskID string) (*task.Task, *checkpoint.Checkpoint, error) {
 	tk, err := r.keys.taskKeys(tenantID, taskID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", op, err)
 	}
-	h, c := redis.NewMapStringStringCmd(ctx, "hgetall", tk.task), redis.NewStringCmd(ctx, "get", tk.ckpt)
-	if err := r.readPipe(ctx, h, c); err != nil {
+	h := redis.NewMapStringStringCmd(ctx, "hgetall", tk.task)
+	if err := r.readPipe(ctx, h); err != nil {
 		return nil, nil, wrapErr(ctx, op, err)
 	}
-	return decodeLoaded(ctx, op, tk, h, c)
+	return r.decodeLoaded(ctx, op, tk, h)
 }
 
-// decodeLoaded decodes the answers to HGETALL of a task record and GET of
-// its checkpoint. Returns task.ErrNotFound when the record is missing.
-func decodeLoaded(ctx context.Context, op string, tk taskKeys, h *redis.MapStringStringCmd, c *redis.StringCmd) (*task.Task, *checkpoint.Checkpoint, error) {
+// decodeLoaded decodes the answer to HGETALL of a task record and the
+// checkpoint it holds. Returns task.ErrNotFound when the record is missing.
+func (r *Redis) decodeLoaded(ctx context.Context, op string, tk taskKeys, h *redis.MapStringStringCmd) (*task.Task, *checkpoint.Checkpoint, error) {
 	t, err := decodeRecord(ctx, op, tk, h)
 	if err != nil {
 		return nil, nil, err
 	}
-	switch err := c.Err(); {
-	case errors.Is(err, redis.Nil):
-		return t, nil, nil
-	case err != nil:
-		return nil, nil, wrapErr(ctx, op, err)
+	cp, legacy, err := recordCheckpoint(tk.task, h.Val())
+	if err != nil || !legacy {
+		return t, cp, err
 	}
-	cp, err := unmarshalCheckpoint([]byte(c.Val()))
+	cps, err := r.legacyCheckpoints(ctx, op, []taskKeys{tk})
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, tk.ckpt, err)
+		return nil, nil, err
 	}
-	return t, &cp, nil
+	return t, cps[0], nil
+}
+
+// recordCheckpoint decodes the checkpoint a task record holds (nil if
+// none). legacy says the record predates the checkpoint field (it has no
+// ttlAt): its checkpoint, if any, is still in the checkpoint key until the
+// task's next write moves it (write_task.lua).
+func recordCheckpoint(key string, rec map[string]string) (cp *checkpoint.Checkpoint, legacy bool, err error) {
+	v, ok := rec[fCheckpoint]
+	if !ok {
+		_, stamped := rec[fTTLAt]
+		return nil, !stamped && len(rec) > 0, nil
+	}
+	c, err := unmarshalCheckpoint([]byte(v))
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %s field %s: %v", ErrCorrupt, key, fCheckpoint, err)
+	}
+	return &c, false, nil
+}
+
+// legacyCheckpoints reads the checkpoint keys of records older than the
+// checkpoint field (recordCheckpoint), in one round trip; nil for none.
+func (r *Redis) legacyCheckpoints(ctx context.Context, op string, tks []taskKeys) ([]*checkpoint.Checkpoint, error) {
+	cmds := make([]redis.Cmder, len(tks))
+	for i, tk := range tks {
+		cmds[i] = redis.NewStringCmd(ctx, "get", tk.ckpt)
+	}
+	if err := r.readPipe(ctx, cmds...); err != nil {
+		return nil, wrapErr(ctx, op, err)
+	}
+	out := make([]*checkpoint.Checkpoint, len(tks))
+	for i, c := range cmds {
+		v, err := c.(*redis.StringCmd).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue
+		case err != nil:
+			return nil, wrapErr(ctx, op, err)
+		}
+		cp, err := unmarshalCheckpoint([]byte(v))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, tks[i].ckpt, err)
+		}
+		out[i] = &cp
+	}
+	return out, nil
 }
 
 // decodeRecord decodes the answer to HGETALL of a task record. Returns

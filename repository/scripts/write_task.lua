@@ -18,16 +18,23 @@
 -- A write whose id is already stored was applied before (a client retry): it
 -- succeeds again without writing.
 --
--- TTLs: a checkpoint is SET with the TTL and a timeline this write creates
--- gets it. The record, timeline, checkpoint, index and history are given
--- the TTL again only when the record has less than TTL - min(TTL/100, 30 s)
--- left (one PTTL instead of five PEXPIREs on every write): the keys of a
--- task expire between TTL - 30 s and TTL after its last write. They were
--- set together (at creation, or by the last refresh), so the record's TTL
--- stands for all of them.
+-- The checkpoint is the record's field "checkpoint" (one HSET writes record
+-- and checkpoint). Records stored before it moved there (no "ttlAt" field)
+-- may still have it in the checkpoint key KEYS[2]: a write to such a record
+-- that keeps the checkpoint moves it into the record, one that sets or
+-- deletes it deletes the key.
+--
+-- TTLs: a timeline this write creates gets the TTL. The record, timeline,
+-- index and history are given the TTL again only when the record's
+-- "ttlAt" (the writer's clock, Unix ms, when the keys last got it; set at
+-- creation) is more than min(TTL/100, 30 s) before the writer's now, or
+-- missing: the keys of a task expire between TTL - 30 s and TTL after its
+-- last write, as far as the instances' clocks agree (a writer whose clock is
+-- behind by d refreshes d later). They were set together (at creation, or
+-- by the last refresh), so ttlAt stands for all of them.
 --
 -- KEYS[1] -> {p}task:{tenantId}:<taskId>              task record (HASH)
--- KEYS[2] -> {p}ckpt:{tenantId}:<taskId>              checkpoint (STRING)
+-- KEYS[2] -> {p}ckpt:{tenantId}:<taskId>              checkpoint of an older record (STRING)
 -- KEYS[3] -> {p}task:{tenantId}:<taskId>:timeline     timeline (LIST)
 -- KEYS[4] -> {p}lock:tenant:{tenantId}                tenant lock (STRING)
 -- KEYS[5] -> {p}index:tenant:{tenantId}               tenant's current task (TTL refreshed)
@@ -41,18 +48,19 @@
 -- ARGV[7] -> "1" deletes the lock (its value matched)
 -- ARGV[8] -> timeline max entries
 -- ARGV[9] -> TTL in milliseconds
--- ARGV[10] -> n, the number of record fields that follow
--- ARGV[11 .. 10+2n] -> field, value, ... (the mutable fields, or those that
+-- ARGV[10] -> the writer's now, Unix milliseconds
+-- ARGV[11] -> n, the number of record fields that follow
+-- ARGV[12 .. 11+2n] -> field, value, ... (the mutable fields, or those that
 --                      changed and "?prevWrite"; the fixed ones or, as
 --                      "?fixedSum", their digest, compared and not stored)
--- ARGV[11+2n ..] -> timeline entries (JSON), appended in order
+-- ARGV[12+2n ..] -> timeline entries (JSON), appended in order
 -- Returns {1, seq, pauseRequested, cancelRequested} when written (0|1 flags,
 -- as stored after the write), {0, reason, status, seq, fence, owner} (the
 -- stored state) when refused, or {2, 'fixed'} when the fixed fields are
 -- needed (nothing written).
 
 local rec = redis.call('HMGET', KEYS[1], 'status', 'seq', 'fence', 'owner', 'writeId',
-  'pauseRequested', 'cancelRequested', 'fixedSum')
+  'pauseRequested', 'cancelRequested', 'fixedSum', 'ttlAt')
 if not rec[1] then return {0, 'missing', '', 0, 0, ''} end
 local seq, fence = tonumber(rec[2]) or 0, tonumber(rec[3]) or 0
 local pause, cancel = tonumber(rec[6]) or 0, tonumber(rec[7]) or 0
@@ -63,10 +71,10 @@ if ARGV[1] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[1] then return refuse('l
 if fence > tonumber(ARGV[2]) then return refuse('fence') end
 if seq ~= tonumber(ARGV[3]) then return refuse('seq') end
 
-local n = tonumber(ARGV[10])
+local n = tonumber(ARGV[11])
 local new_seq = seq + 1
 local fields = {'seq', string.format('%d', new_seq), 'fence', ARGV[2], 'writeId', ARGV[4]}
-for i = 11, 10 + 2 * n, 2 do
+for i = 12, 11 + 2 * n, 2 do
   local f, v = ARGV[i], ARGV[i + 1]
   if f == '?fixedSum' then
     if v ~= rec[8] then return {2, 'fixed'} end
@@ -84,20 +92,31 @@ if ARGV[6] == '1' then
   fields[#fields + 1] = 'cancelRequested'
   fields[#fields + 1] = '0'
 end
-redis.call('HSET', KEYS[1], unpack(fields))
-
 local ttl = ARGV[9]
-local ttl_ms = tonumber(ttl)
-local refresh = redis.call('PTTL', KEYS[1]) < ttl_ms - math.min(math.floor(ttl_ms / 100), 30000)
-if ARGV[5] == '-' then
-  redis.call('DEL', KEYS[2])
-elseif ARGV[5] ~= '' then
-  redis.call('SET', KEYS[2], ARGV[5], 'PX', ttl)
-elseif refresh then
-  redis.call('PEXPIRE', KEYS[2], ttl)
+local ttl_ms, now = tonumber(ttl), tonumber(ARGV[10])
+local at, legacy = tonumber(rec[9]), not rec[9]
+local refresh = not at or now - at > math.min(math.floor(ttl_ms / 100), 30000)
+if refresh then
+  fields[#fields + 1] = 'ttlAt'
+  fields[#fields + 1] = ARGV[10]
 end
+local ck = ARGV[5]
+if ck ~= '' and ck ~= '-' then
+  fields[#fields + 1] = 'checkpoint'
+  fields[#fields + 1] = ck
+elseif ck == '' and legacy then
+  -- An older record: its checkpoint moves into it.
+  local old = redis.call('GET', KEYS[2])
+  if old then
+    fields[#fields + 1] = 'checkpoint'
+    fields[#fields + 1] = old
+  end
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+if ck == '-' then redis.call('HDEL', KEYS[1], 'checkpoint') end
+if legacy or ck == '-' then redis.call('DEL', KEYS[2]) end
 
-local first = 11 + 2 * n
+local first = 12 + 2 * n
 if #ARGV >= first then
   local len = 0
   for i = first, #ARGV, 1000 do
