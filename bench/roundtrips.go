@@ -30,7 +30,7 @@ const (
 	rtScriptLoad  = "script load"
 	rtPlanStatus  = "plan status read"
 	rtTenantIndex = "tenant index read"
-	rtTaskRecord  = "task record read (+ checkpoint)"
+	rtTaskRecord  = "task record read (with its checkpoint)"
 	rtPlanCreate  = "plan creation"
 	rtLockRelease = "lock release"
 	rtLockExtend  = "lock extend"
@@ -275,11 +275,11 @@ func writeKinds(cmds []redis.Cmder) []string {
 	var out []string
 	for _, cmd := range cmds {
 		sc, ok := asScript(cmd)
-		if !ok || scriptKind(sc) != scWriteTask || len(sc.argv) < 10 {
+		if !ok || scriptKind(sc) != scWriteTask || len(sc.argv) < 11 {
 			continue
 		}
 		status := ""
-		for i := 10; i+1 < len(sc.argv); i += 2 {
+		for i := 11; i+1 < len(sc.argv); i += 2 { // the record's fields (write_task.lua: ARGV[12] on)
 			if argStr(sc.argv[i]) == "status" {
 				status = argStr(sc.argv[i+1])
 				break
