@@ -25,7 +25,7 @@
 //
 // # Acquire, lease and renewal
 //
-//	Acquire ──SET NX PX + INCR fence (one script)──► Lease ──renewer: PEXPIRE if value is ours,
+//	Acquire ─SET NX PX, SET GET fence (one script)─► Lease ──renewer: PEXPIRE if value is ours,
 //	   │                                              │      every RenewEvery (default Lease/3)
 //	   └─ held ─► *LockedError (holder, TTL, fence)   ├─ refused ─────────────► lost at once, Refused (final)
 //	                                                  ├─ failed / timed out ──► retry every RenewEvery/4
@@ -107,11 +107,14 @@
 // redsync calls SetNX on its Pool's Conn; the package gives every Mutex its
 // own Pool and Conn (redsyncBackend, which is also the Lease's backend: one
 // allocation for the three) whose SetNX runs scripts/acquire_lock.lua
-// instead of a bare SET NX PX: when the SET succeeds, the same script INCRs
-// the tenant's fence counter and returns the token, so a token is taken only
-// by the acquirer, in the same atomic step and round trip as the lock. The
-// counter is raised to a floor, Clock().UnixMilli(), when below it: a
-// counter lost to eviction or to a restart from an old snapshot still yields
+// instead of a bare SET NX PX: when the SET succeeds, the same script moves
+// the tenant's fence counter on and returns the token, so a token is taken
+// only by the acquirer, in the same atomic step and round trip as the lock.
+// The token is the larger of a floor, Clock().UnixMilli(), and the old
+// counter plus one (the script writes the floor with SET ... GET, which
+// answers the old value in the same command, and writes old+1 over it only
+// when the old value is not below the floor: two acquisitions in one
+// millisecond). A counter lost to eviction or to a restart from an old snapshot still yields
 // a token above every token handed out before, as long as tokens were not
 // taken faster than one per millisecond and clocks agree within the time
 // between two acquisitions of a tenant. The counter has no TTL, and while
