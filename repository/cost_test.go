@@ -210,10 +210,10 @@ func TestRedisCostPerPhase(t *testing.T) {
 	// commands to a phase fails here.
 	budgets := map[string]float64{
 		"create (CreatePlan)":                    7,
-		"lock (acquire)":                         5,  // 6 before a new fence counter started at the floor in one SET
-		"start write (PENDING→RUNNING)":          11, // 16 before moves were applied per call
-		"stage write":                            8,
-		"final write (COMPLETED, lock released)": 12, // 18 before moves were applied per call
+		"lock (acquire)":                         3.5, // 4 before the fence was taken with SET … GET, 6 before a new fence counter started at the floor in one SET
+		"start write (PENDING→RUNNING)":          7,   // 7.3 before ttlAt replaced the PTTL, 16 before moves were applied per call
+		"stage write":                            5.5, // 7 before the checkpoint moved into the record and ttlAt replaced the PTTL
+		"final write (COMPLETED, lock released)": 7,   // 8.3 before the same, 18 before moves were applied per call
 		"feed (4 events a task, batches of 256)": 0.25,
 	}
 	for _, c := range costs {
