@@ -30,7 +30,7 @@ const (
 	rtScriptLoad  = "script load"
 	rtPlanStatus  = "plan status read"
 	rtTenantIndex = "tenant index read"
-	rtTaskRecord  = "task record read (with its checkpoint)"
+	rtTaskRecord  = "task record read (+ checkpoint)"
 	rtPlanCreate  = "plan creation"
 	rtLockRelease = "lock release"
 	rtLockExtend  = "lock extend"

@@ -36,7 +36,7 @@ func TestClassify(t *testing.T) {
 		{"Heartbeat", []redis.Cmder{cmd("evalsha", "sha", 2, task, p+"lock:tenant:{t}", "v", 7, "now")}, rtHeartbeat},
 		{"PlanStatus", []redis.Cmder{cmd("hgetall", p+"plan:{plan-01J}"), cmd("hmget", p+"plan:{plan-01J}:counts", "PENDING")}, rtPlanStatus},
 		{"TenantIndex", []redis.Cmder{cmd("get", p+"index:tenant:{t}")}, rtTenantIndex},
-		{"TaskRecord", []redis.Cmder{cmd("hgetall", task)}, rtTaskRecord},
+		{"TaskRecord", []redis.Cmder{cmd("hgetall", task), cmd("get", p+"ckpt:{t}:task-01J")}, rtTaskRecord},
 		{"PlanCreationBatch", []redis.Cmder{
 			cmd("evalsha", "sha", 2, p+"plan:{plan-01J}:tasks", p+"plan:{plan-01J}:counts", 0, 604800000, "task-01J", "PENDING|0|0||"),
 			cmd("hset", task, "id", "task-01J"),

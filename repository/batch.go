@@ -91,7 +91,7 @@ func checkTenants(tenantIDs []string) ([]string, error) {
 // TenantBatchMax) and the checkpoints of those that have one. Tenants
 // without a task are absent from the maps. Two round trips whatever the
 // number of tenants: the index entries in one pipeline, then the records
-// (which hold the checkpoints) in another — one when the store remembers, for every
+// and checkpoints in another — one when the store remembers, for every
 // tenant, the task its index named at its last query (Config.TenantHints):
 // those records go in the first pipeline, and only the tenants whose index
 // moved on are read again. Returns an error wrapping task.ErrInvalid,
@@ -111,6 +111,7 @@ func (r *Redis) TasksByTenant(ctx context.Context, tenantIDs []string) (map[stri
 		tenant string
 		k      taskKeys
 		h      *redis.MapStringStringCmd
+		c      *redis.StringCmd
 	}
 	pp := r.c.Pipeline()
 	gets := make([]*redis.StringCmd, len(ids))
@@ -119,14 +120,14 @@ func (r *Redis) TasksByTenant(ctx context.Context, tenantIDs []string) (map[stri
 		gets[i] = pp.Get(ctx, r.keys.index(id))
 		if hint := r.hints.get(id); hint != "" {
 			k, _ := r.keys.taskKeys(id, hint)
-			hinted[i] = &found{tenant: id, k: k, h: pp.HGetAll(ctx, k.task)}
+			hinted[i] = &found{tenant: id, k: k, h: pp.HGetAll(ctx, k.task), c: pp.Get(ctx, k.ckpt)}
 		}
 	}
 	if err := transportErr(pp.Exec(ctx)); err != nil {
 		return nil, nil, wrapErr(ctx, op, err)
 	}
 	fs := make([]*found, 0, len(ids))
-	var again, old []*found
+	var again []*found
 	for i, g := range gets {
 		switch err := g.Err(); {
 		case errors.Is(err, redis.Nil):
@@ -152,6 +153,7 @@ func (r *Redis) TasksByTenant(ctx context.Context, tenantIDs []string) (map[stri
 		pp = r.c.Pipeline()
 		for _, f := range again {
 			f.h = pp.HGetAll(ctx, f.k.task)
+			f.c = pp.Get(ctx, f.k.ckpt)
 		}
 		if err := transportErr(pp.Exec(ctx)); err != nil {
 			return nil, nil, wrapErr(ctx, op, err)
@@ -169,30 +171,17 @@ func (r *Redis) TasksByTenant(ctx context.Context, tenantIDs []string) (map[stri
 			continue // the index outlived the record
 		}
 		tasks[f.tenant] = t
-		cp, legacy, err := recordCheckpoint(f.k.task, f.h.Val())
+		switch err := f.c.Err(); {
+		case errors.Is(err, redis.Nil):
+			continue
+		case err != nil:
+			return nil, nil, wrapErr(ctx, op, err)
+		}
+		cp, err := unmarshalCheckpoint([]byte(f.c.Val()))
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, f.k.ckpt, err)
 		}
-		if legacy {
-			old = append(old, f)
-		} else if cp != nil {
-			ckpts[f.tenant] = cp
-		}
-	}
-	if len(old) > 0 {
-		tks := make([]taskKeys, len(old))
-		for i, f := range old {
-			tks[i] = f.k
-		}
-		cps, err := r.legacyCheckpoints(ctx, op, tks)
-		if err != nil {
-			return nil, nil, err
-		}
-		for i, f := range old {
-			if cps[i] != nil {
-				ckpts[f.tenant] = cps[i]
-			}
-		}
+		ckpts[f.tenant] = &cp
 	}
 	return tasks, ckpts, nil
 }

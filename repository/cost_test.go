@@ -212,8 +212,8 @@ func TestRedisCostPerPhase(t *testing.T) {
 		"create (CreatePlan)":                    7,
 		"lock (acquire)":                         3.5, // 4 before the fence was taken with SET … GET, 6 before a new fence counter started at the floor in one SET
 		"start write (PENDING→RUNNING)":          7,   // 7.3 before ttlAt replaced the PTTL, 16 before moves were applied per call
-		"stage write":                            5.5, // 7 before the checkpoint moved into the record and ttlAt replaced the PTTL
-		"final write (COMPLETED, lock released)": 7,   // 8.3 before the same, 18 before moves were applied per call
+		"stage write":                            6.5, // 7 before ttlAt replaced the PTTL
+		"final write (COMPLETED, lock released)": 8,   // 8.3 before the same, 18 before moves were applied per call
 		"feed (4 events a task, batches of 256)": 0.25,
 	}
 	for _, c := range costs {

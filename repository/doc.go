@@ -23,12 +23,9 @@
 //	{p}plans                               ZSET    plan ids by creation ms                 none (pruned
 //	                                                                                       on create)
 //	{p}plans:active                        SET     plan ids whose work may be queued       none
-//	{p}task:{tenantId}:<taskId>            HASH    task record, its checkpoint JSON        Config.TTL
-//	                                               (field checkpoint) and ttlAt
+//	{p}task:{tenantId}:<taskId>            HASH    task record (and ttlAt)                 Config.TTL
 //	{p}task:{tenantId}:<taskId>:timeline   LIST    JSON task.Event, newest TimelineMax     Config.TTL
-//	{p}ckpt:{tenantId}:<taskId>            STRING  checkpoint JSON of a record stored      Config.TTL
-//	                                               before it held it (read, and moved
-//	                                               into the record by its next write)
+//	{p}ckpt:{tenantId}:<taskId>            STRING  checkpoint JSON                         Config.TTL
 //	{p}taskref:{taskId}                    STRING  tenant id of the task                   Config.TTL
 //	{p}index:tenant:{tenantId}             STRING  newest task id of the tenant            Config.TTL
 //	{p}index:tenant:{tenantId}:history     ZSET    the tenant's task ids by creation ms    Config.TTL
@@ -47,14 +44,17 @@
 // touch it once it has lost more than min(TTL/100, 30 s) of it: a task
 // record holds ttlAt, when its keys last got the TTL (the writer's clock,
 // Unix ms; set at creation), which write_task.lua reads with the record's
-// other fields and, past the margin, refreshes the record, timeline, index
-// and history together (they were set together) and ttlAt — no command of
-// its own on the writes in between; a counts move does the same for the
-// plan's three keys with the counts hash's PTTL; the taskref is refreshed
-// with the counts moves of a task created longer ago than the margin. A
-// timeline a write creates gets the TTL. So a key expires between TTL - 30 s
-// and TTL after the last write that touched it, as far as the instances'
-// clocks agree (an instance whose clock is behind by d refreshes d later).
+// other fields and, past the margin, refreshes the record, timeline,
+// checkpoint, index and history together (they were set together) and
+// ttlAt — as far as the instances' clocks agree (one whose clock is behind
+// by d refreshes d later);
+// a counts move does the same for the plan's three keys with the counts
+// hash's PTTL; the taskref is refreshed with the counts moves of a task
+// created longer ago than the margin. A checkpoint is always SET with the
+// TTL and a timeline a write creates gets it. So a key expires between
+// TTL - 30 s and TTL after the last write that touched it — no command of
+// its own on most writes instead of five PEXPIREs (a running task's keys have
+// days left).
 // UpdatePlan, CreatePlan and the other writes set the TTL of what they write.
 //
 // # Scripts
@@ -81,7 +81,7 @@
 //     the stored seq is not the expected one — in that order — and replies
 //     with the stored status, seq, fence and owner (the *task.RefusedError).
 //     Otherwise it writes the mutable fields (seq+1, fence = the writer's),
-//     the checkpoint (a field of the record: the same HSET), the timeline (bounded: one RPUSH, an LTRIM only past
+//     the checkpoint, the timeline (bounded: one RPUSH, an LTRIM only past
 //     the bound), the TTLs when due, clears the requests if asked, deletes
 //     the lock if asked (its value matched) and replies with the seq and the
 //     stored pause/cancel requests. A write id stored on the record makes a
@@ -177,13 +177,13 @@
 //	CreatePlan                           1 + ceil(tasks/Config.Batch)  (1 000 tasks at 500: 3)
 //	UpdatePlan, RequestTask, Beat        1
 //	Plan                                 1   HGETALL plan + HMGET counts, whatever the plan's size
-//	TaskByTenant                         1-2 GET index + HGETALL record (with its checkpoint) of the task the
+//	TaskByTenant                         1-2 GET index + HGETALL record + GET checkpoint of the task the
 //	                                          index named at the tenant's last query (Config.TenantHints) —
 //	                                          or, for a task kept with its version (not RUNNING), GET index
 //	                                          + HMGET of 6 version fields, the kept record answering when
 //	                                          they match (readcache.go) — then, if the index moved on (or
 //	                                          no hint, or the version changed), those of its task
-//	Task                                 2   GET taskref, then HGETALL record (with its checkpoint)
+//	Task                                 2   GET taskref, then HGETALL record + GET checkpoint
 //	TenantHistory                        2   ZREVRANGE, then pipelined HGETALLs
 //	Timeline                             1   EXISTS + LRANGE
 //	PlanTasks (a page)                   2   list_plan_tasks.lua (ids and tenants from the ledger,
@@ -199,9 +199,8 @@
 //	RepairCounts                         4 + ceil(tasks/Batch)  (list + ledger, record batches, script,
 //	                                          reindex_plan.lua + ZADD GT of the plans-by-status indexes;
 //	                                          +1 a batch for tasks whose ledger lost the tenant)
-//	TasksByTenant (≤ 1 000 tenants)      1-2 pipelined GET index (+ HGETALL of the hinted tasks),
-//	                                          then pipelined HGETALL of the others
-//	  (a read of records stored before the checkpoint moved into them: +1, GET of their checkpoint keys)
+//	TasksByTenant (≤ 1 000 tenants)      1-2 pipelined GET index (+ HGETALL + GET of the hinted tasks),
+//	                                          then pipelined HGETALL + GET checkpoint of the others
 //	RunningByOwner                       1   HMGET RUNNING@<owner>…, O(owners)
 //	RegisterInstance, DeregisterInstance 1   pipeline (HSET + PEXPIRE + ZADD + prune; DEL + ZADD XX)
 //	Instances                            2   ZREVRANGE, then pipelined HGETALLs

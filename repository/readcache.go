@@ -63,8 +63,8 @@ func (v *taskVersion) matches(vals []any) bool {
 // when the store remembers the task the index named at the tenant's last
 // query (Config.TenantHints) and the index still names it: GET of the index
 // with, for a task kept with its version, HMGET of the version (the kept
-// record answers when it matches), otherwise HGETALL of the record (which
-// holds the checkpoint). Two round trips otherwise.
+// record answers when it matches), otherwise HGETALL of the record and GET
+// of the checkpoint. Two round trips otherwise.
 func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, *checkpoint.Checkpoint, error) {
 	op := "get task of tenant " + tenantID
 	k, err := r.keys.Index(tenantID)
@@ -76,6 +76,7 @@ func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, 
 	cmds := append(make([]redis.Cmder, 0, 3), g)
 	var tk taskKeys
 	var h *redis.MapStringStringCmd
+	var c *redis.StringCmd
 	var vc *redis.SliceCmd
 	if hint.id != "" {
 		tk, _ = r.keys.taskKeys(tenantID, hint.id)
@@ -88,8 +89,8 @@ func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, 
 			vc = redis.NewSliceCmd(ctx, args...)
 			cmds = append(cmds, vc)
 		} else {
-			h = redis.NewMapStringStringCmd(ctx, "hgetall", tk.task)
-			cmds = append(cmds, h)
+			h, c = redis.NewMapStringStringCmd(ctx, "hgetall", tk.task), redis.NewStringCmd(ctx, "get", tk.ckpt)
+			cmds = append(cmds, h, c)
 		}
 	}
 	if err := r.readPipe(ctx, cmds...); err != nil {
@@ -108,7 +109,7 @@ func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, 
 		}
 		// The task changed (or is gone): read it again, below.
 	case hint.id != "" && id == hint.id:
-		t, ck, err := r.decodeLoaded(ctx, op, tk, h)
+		t, ck, err := decodeLoaded(ctx, op, tk, h, c)
 		if err == nil {
 			r.keepTask(tenantID, id, h.Val(), t, ck)
 		}
@@ -121,11 +122,11 @@ func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", op, err)
 	}
-	h = redis.NewMapStringStringCmd(ctx, "hgetall", tk.task)
-	if err := r.readPipe(ctx, h); err != nil {
+	h, c = redis.NewMapStringStringCmd(ctx, "hgetall", tk.task), redis.NewStringCmd(ctx, "get", tk.ckpt)
+	if err := r.readPipe(ctx, h, c); err != nil {
 		return nil, nil, wrapErr(ctx, op, err)
 	}
-	t, ck, err := r.decodeLoaded(ctx, op, tk, h)
+	t, ck, err := decodeLoaded(ctx, op, tk, h, c)
 	switch {
 	case err == nil:
 		r.keepTask(tenantID, id, h.Val(), t, ck)

@@ -38,11 +38,8 @@ const (
 	fStartedAt      = "startedAt"
 	fFinishedAt     = "finishedAt"
 	fUpdatedAt      = "updatedAt"
-	// fCheckpoint is the task's checkpoint JSON (absent: none).
-	fCheckpoint = "checkpoint"
 	// fTTLAt is when the task's keys last got their TTL (the writer's
-	// clock, Unix ms; see write_task.lua). A record without it predates the
-	// checkpoint field: its checkpoint may be in the checkpoint key.
+	// clock, Unix ms; see write_task.lua).
 	fTTLAt = "ttlAt"
 )
 

@@ -364,82 +364,37 @@ func (r *Redis) Task(ctx context.Context, taskID string) (*task.Task, *checkpoin
 	return r.loadTask(ctx, op, tenant, taskID)
 }
 
-// loadTask reads a task record, which holds its checkpoint, in one round
-// trip (two for a record older than the checkpoint field, see
-// recordCheckpoint).
+// loadTask reads a task record and its checkpoint in one round trip.
 func (r *Redis) loadTask(ctx context.Context, op, tenantID, taskID string) (*task.Task, *checkpoint.Checkpoint, error) {
 	tk, err := r.keys.taskKeys(tenantID, taskID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", op, err)
 	}
-	h := redis.NewMapStringStringCmd(ctx, "hgetall", tk.task)
-	if err := r.readPipe(ctx, h); err != nil {
+	h, c := redis.NewMapStringStringCmd(ctx, "hgetall", tk.task), redis.NewStringCmd(ctx, "get", tk.ckpt)
+	if err := r.readPipe(ctx, h, c); err != nil {
 		return nil, nil, wrapErr(ctx, op, err)
 	}
-	return r.decodeLoaded(ctx, op, tk, h)
+	return decodeLoaded(ctx, op, tk, h, c)
 }
 
-// decodeLoaded decodes the answer to HGETALL of a task record and the
-// checkpoint it holds. Returns task.ErrNotFound when the record is missing.
-func (r *Redis) decodeLoaded(ctx context.Context, op string, tk taskKeys, h *redis.MapStringStringCmd) (*task.Task, *checkpoint.Checkpoint, error) {
+// decodeLoaded decodes the answers to HGETALL of a task record and GET of
+// its checkpoint. Returns task.ErrNotFound when the record is missing.
+func decodeLoaded(ctx context.Context, op string, tk taskKeys, h *redis.MapStringStringCmd, c *redis.StringCmd) (*task.Task, *checkpoint.Checkpoint, error) {
 	t, err := decodeRecord(ctx, op, tk, h)
 	if err != nil {
 		return nil, nil, err
 	}
-	cp, legacy, err := recordCheckpoint(tk.task, h.Val())
-	if err != nil || !legacy {
-		return t, cp, err
+	switch err := c.Err(); {
+	case errors.Is(err, redis.Nil):
+		return t, nil, nil
+	case err != nil:
+		return nil, nil, wrapErr(ctx, op, err)
 	}
-	cps, err := r.legacyCheckpoints(ctx, op, []taskKeys{tk})
+	cp, err := unmarshalCheckpoint([]byte(c.Val()))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, tk.ckpt, err)
 	}
-	return t, cps[0], nil
-}
-
-// recordCheckpoint decodes the checkpoint a task record holds (nil if
-// none). legacy says the record predates the checkpoint field (it has no
-// ttlAt): its checkpoint, if any, is still in the checkpoint key until the
-// task's next write moves it (write_task.lua).
-func recordCheckpoint(key string, rec map[string]string) (cp *checkpoint.Checkpoint, legacy bool, err error) {
-	v, ok := rec[fCheckpoint]
-	if !ok {
-		_, stamped := rec[fTTLAt]
-		return nil, !stamped && len(rec) > 0, nil
-	}
-	c, err := unmarshalCheckpoint([]byte(v))
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: %s field %s: %v", ErrCorrupt, key, fCheckpoint, err)
-	}
-	return &c, false, nil
-}
-
-// legacyCheckpoints reads the checkpoint keys of records older than the
-// checkpoint field (recordCheckpoint), in one round trip; nil for none.
-func (r *Redis) legacyCheckpoints(ctx context.Context, op string, tks []taskKeys) ([]*checkpoint.Checkpoint, error) {
-	cmds := make([]redis.Cmder, len(tks))
-	for i, tk := range tks {
-		cmds[i] = redis.NewStringCmd(ctx, "get", tk.ckpt)
-	}
-	if err := r.readPipe(ctx, cmds...); err != nil {
-		return nil, wrapErr(ctx, op, err)
-	}
-	out := make([]*checkpoint.Checkpoint, len(tks))
-	for i, c := range cmds {
-		v, err := c.(*redis.StringCmd).Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-			continue
-		case err != nil:
-			return nil, wrapErr(ctx, op, err)
-		}
-		cp, err := unmarshalCheckpoint([]byte(v))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, tks[i].ckpt, err)
-		}
-		out[i] = &cp
-	}
-	return out, nil
+	return t, &cp, nil
 }
 
 // decodeRecord decodes the answer to HGETALL of a task record. Returns

@@ -34,7 +34,7 @@ func TestRedisKeysAndTTLs(t *testing.T) {
 			pid, t0id, t1id := fx.plan.ID, fx.tasks[0].ID, fx.tasks[1].ID
 			withTTL := []string{
 				p + "plan:{" + pid + "}", p + "plan:{" + pid + "}:tasks", p + "plan:{" + pid + "}:counts",
-				p + "task:{t-00000}:" + t0id, p + "task:{t-00000}:" + t0id + ":timeline",
+				p + "task:{t-00000}:" + t0id, p + "task:{t-00000}:" + t0id + ":timeline", p + "ckpt:{t-00000}:" + t0id,
 				p + "taskref:{" + t0id + "}", p + "index:tenant:{t-00000}", p + "index:tenant:{t-00000}:history",
 				p + "task:{t-00001}:" + t1id, p + "taskref:{" + t1id + "}", p + "index:tenant:{t-00001}",
 				p + "index:tenant:{t-00001}:history",
@@ -665,9 +665,9 @@ func TestRedisMalformedRecords(t *testing.T) {
 		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), k0) || !strings.Contains(err.Error(), fAttempt) {
 			t.Fatalf("malformed record: %v, want ErrCorrupt naming %s", err, k0)
 		}
-		k1, _ := e.redis.keys.Task(tenantName(1), fx.tasks[1].ID)
-		e.client.HSet(ctx, k1, fCheckpoint, "{not json")
-		if _, _, err := e.store.Task(ctx, fx.tasks[1].ID); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), k1) || !strings.Contains(err.Error(), fCheckpoint) {
+		ck, _ := e.redis.keys.Checkpoint(tenantName(1), fx.tasks[1].ID)
+		e.client.Set(ctx, ck, "{not json", time.Hour)
+		if _, _, err := e.store.Task(ctx, fx.tasks[1].ID); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), ck) {
 			t.Fatalf("malformed checkpoint: %v", err)
 		}
 		pkey, _ := e.redis.keys.Plan(fx.plan.ID)

@@ -18,23 +18,19 @@
 -- A write whose id is already stored was applied before (a client retry): it
 -- succeeds again without writing.
 --
--- The checkpoint is the record's field "checkpoint" (one HSET writes record
--- and checkpoint). Records stored before it moved there (no "ttlAt" field)
--- may still have it in the checkpoint key KEYS[2]: a write to such a record
--- that keeps the checkpoint moves it into the record, one that sets or
--- deletes it deletes the key.
---
--- TTLs: a timeline this write creates gets the TTL. The record, timeline,
--- index and history are given the TTL again only when the record's
--- "ttlAt" (the writer's clock, Unix ms, when the keys last got it; set at
--- creation) is more than min(TTL/100, 30 s) before the writer's now, or
--- missing: the keys of a task expire between TTL - 30 s and TTL after its
--- last write, as far as the instances' clocks agree (a writer whose clock is
+-- TTLs: a checkpoint is SET with the TTL and a timeline this write creates
+-- gets it. The record, timeline, checkpoint, index and history are given
+-- the TTL again only when the record's "ttlAt" (the writer's clock, Unix
+-- ms, when the keys last got it; set at creation) is more than
+-- min(TTL/100, 30 s) before the writer's now, or missing — read with the
+-- record's other fields, so no command of its own on the writes in between:
+-- the keys of a task expire between TTL - 30 s and TTL after its last
+-- write, as far as the instances' clocks agree (a writer whose clock is
 -- behind by d refreshes d later). They were set together (at creation, or
 -- by the last refresh), so ttlAt stands for all of them.
 --
 -- KEYS[1] -> {p}task:{tenantId}:<taskId>              task record (HASH)
--- KEYS[2] -> {p}ckpt:{tenantId}:<taskId>              checkpoint of an older record (STRING)
+-- KEYS[2] -> {p}ckpt:{tenantId}:<taskId>              checkpoint (STRING)
 -- KEYS[3] -> {p}task:{tenantId}:<taskId>:timeline     timeline (LIST)
 -- KEYS[4] -> {p}lock:tenant:{tenantId}                tenant lock (STRING)
 -- KEYS[5] -> {p}index:tenant:{tenantId}               tenant's current task (TTL refreshed)
@@ -93,28 +89,21 @@ if ARGV[6] == '1' then
   fields[#fields + 1] = '0'
 end
 local ttl = ARGV[9]
-local ttl_ms, now = tonumber(ttl), tonumber(ARGV[10])
-local at, legacy = tonumber(rec[9]), not rec[9]
-local refresh = not at or now - at > math.min(math.floor(ttl_ms / 100), 30000)
+local ttl_ms, at = tonumber(ttl), tonumber(rec[9])
+local refresh = not at or tonumber(ARGV[10]) - at > math.min(math.floor(ttl_ms / 100), 30000)
 if refresh then
   fields[#fields + 1] = 'ttlAt'
   fields[#fields + 1] = ARGV[10]
 end
-local ck = ARGV[5]
-if ck ~= '' and ck ~= '-' then
-  fields[#fields + 1] = 'checkpoint'
-  fields[#fields + 1] = ck
-elseif ck == '' and legacy then
-  -- An older record: its checkpoint moves into it.
-  local old = redis.call('GET', KEYS[2])
-  if old then
-    fields[#fields + 1] = 'checkpoint'
-    fields[#fields + 1] = old
-  end
-end
 redis.call('HSET', KEYS[1], unpack(fields))
-if ck == '-' then redis.call('HDEL', KEYS[1], 'checkpoint') end
-if legacy or ck == '-' then redis.call('DEL', KEYS[2]) end
+
+if ARGV[5] == '-' then
+  redis.call('DEL', KEYS[2])
+elseif ARGV[5] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[5], 'PX', ttl)
+elseif refresh then
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
 
 local first = 12 + 2 * n
 if #ARGV >= first then
