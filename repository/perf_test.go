@@ -503,6 +503,59 @@ func TestWriteRefreshesTTLsWhenLow(t *testing.T) {
 	})
 }
 
+// TestWriteTTLAt: a record without ttlAt (stored before it existed) gets
+// its keys' TTL and ttlAt at its next write; a ttlAt ahead of the writer's
+// clock (another instance's clock ahead of this one's) refreshes nothing
+// until the writer's clock passes it by the margin, and is not an error.
+func TestWriteTTLAt(t *testing.T) {
+	t.Parallel()
+	const ttl = 48 * time.Hour
+	eachRedis(t, Config{TTL: ttl}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		fx := createPlan(t, e, 1, 0)
+		r := start(t, e, fx.tasks[0], 1)
+		tk, _ := e.redis.keys.taskKeys(r.tk.TenantID, r.tk.ID)
+		ttlAt := func() int64 {
+			t.Helper()
+			v, err := e.client.HGet(ctx, tk.task, fTTLAt).Int64()
+			if err != nil {
+				t.Fatalf("ttlAt: %v", err)
+			}
+			return v
+		}
+		if got, want := ttlAt(), e.clock.Now().UnixMilli(); got > want || got < want-int64(time.Minute/time.Millisecond) {
+			t.Fatalf("ttlAt %d after creation and start, want about %d", got, want)
+		}
+		// An older record: no ttlAt, an hour left.
+		e.client.HDel(ctx, tk.task, fTTLAt)
+		e.client.PExpire(ctx, tk.task, time.Hour)
+		r.mustWrite(task.StatusRunning, task.Write{})
+		if d := e.client.PTTL(ctx, tk.task).Val(); d < ttl-time.Minute {
+			t.Errorf("TTL %s after a write to a record without ttlAt, want about %s", d, ttl)
+		}
+		if got := ttlAt(); got != e.clock.Now().UnixMilli() {
+			t.Errorf("ttlAt %d after the write, want the writer's now %d", got, e.clock.Now().UnixMilli())
+		}
+		// ttlAt an hour ahead of this writer's clock: no refresh, no error.
+		ahead := e.clock.Now().Add(time.Hour).UnixMilli()
+		e.client.HSet(ctx, tk.task, fTTLAt, ahead)
+		e.client.PExpire(ctx, tk.task, time.Hour)
+		r.mustWrite(task.StatusRunning, task.Write{})
+		if d := e.client.PTTL(ctx, tk.task).Val(); d > time.Hour {
+			t.Errorf("TTL %s: refreshed although ttlAt is ahead of the writer's clock", d)
+		}
+		if got := ttlAt(); got != ahead {
+			t.Errorf("ttlAt %d, want %d kept", got, ahead)
+		}
+		// A garbled ttlAt counts as missing.
+		e.client.HSet(ctx, tk.task, fTTLAt, "soon")
+		r.mustWrite(task.StatusRunning, task.Write{})
+		if got := ttlAt(); got != e.clock.Now().UnixMilli() {
+			t.Errorf("ttlAt %d after a write over a garbled one, want %d", got, e.clock.Now().UnixMilli())
+		}
+	})
+}
+
 // TestStartLeavesPlanStatus: a task start moves the counts without deriving
 // the plan's status, which it cannot change (plan.Derive), whatever that
 // status is.
