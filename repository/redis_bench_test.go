@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,19 +70,11 @@ func (e *benchEnv) redisCPU(tb testing.TB) time.Duration {
 // commandstats).
 func (e *benchEnv) redisCommands(tb testing.TB) map[string]int64 {
 	tb.Helper()
-	info, err := e.client.InfoMap(context.Background(), "commandstats").Result()
+	out, err := redistest.CommandCalls(context.Background(), e.client)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	out := map[string]int64{}
-	for name, v := range info["Commandstats"] {
-		name = strings.TrimPrefix(name, "cmdstat_")
-		if name == "info" {
-			continue
-		}
-		calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
-		out[name], _ = strconv.ParseInt(calls, 10, 64)
-	}
+	delete(out, "info")
 	return out
 }
 

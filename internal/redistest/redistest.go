@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -346,4 +347,38 @@ func (c *Counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		}
 		return next(ctx, cmds)
 	}
+}
+
+// CommandCalls returns how many times the server (every master of a
+// cluster, summed) has run each command so far, by INFO commandstats name
+// ("set", "evalsha", "client|setinfo", ...), the commands scripts run
+// included.
+func CommandCalls(ctx context.Context, c redis.UniversalClient) (map[string]int64, error) {
+	var mu sync.Mutex
+	out := map[string]int64{}
+	err := eachServer(ctx, c, func(ctx context.Context, s *redis.Client) error {
+		info, err := s.InfoMap(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for k, v := range info["Commandstats"] {
+			name, ok := strings.CutPrefix(k, "cmdstat_")
+			if !ok {
+				continue
+			}
+			for _, f := range strings.Split(v, ",") {
+				if n, ok := strings.CutPrefix(f, "calls="); ok {
+					calls, err := strconv.ParseInt(n, 10, 64)
+					if err != nil {
+						return fmt.Errorf("redistest: INFO commandstats %s=%q", k, v)
+					}
+					out[name] += calls
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
 }

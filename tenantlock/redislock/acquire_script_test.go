@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,25 +18,9 @@ import (
 // "evalsha", "client|setinfo", ...), commands run inside scripts included.
 func commandCalls(t *testing.T, c *redis.Client) map[string]int64 {
 	t.Helper()
-	info, err := c.InfoMap(context.Background(), "commandstats").Result()
+	out, err := redistest.CommandCalls(context.Background(), c)
 	if err != nil {
 		t.Fatalf("INFO commandstats: %v", err)
-	}
-	out := map[string]int64{}
-	for k, v := range info["Commandstats"] {
-		name, ok := strings.CutPrefix(k, "cmdstat_")
-		if !ok {
-			continue
-		}
-		for _, f := range strings.Split(v, ",") {
-			if n, ok := strings.CutPrefix(f, "calls="); ok {
-				calls, err := strconv.ParseInt(n, 10, 64)
-				if err != nil {
-					t.Fatalf("INFO commandstats: %s=%q", k, v)
-				}
-				out[name] = calls
-			}
-		}
 	}
 	return out
 }
