@@ -39,9 +39,16 @@ func (h *pauseOnWrite) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
+// asString is a command argument as a string (the store passes keys and
+// some values by pointer).
 func asString(v any) string {
-	s, _ := v.(string)
-	return s
+	switch s := v.(type) {
+	case string:
+		return s
+	case *string:
+		return *s
+	}
+	return ""
 }
 
 // TestRetryFirstWriteOutlivesLease: the first write of a retry reaches

@@ -478,7 +478,7 @@ func (f *feedFilter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		for _, c := range cmds {
 			var key string
 			if args := c.Args(); len(args) > 3 {
-				key, _ = args[3].(string)
+				key = asString(args[3])
 			}
 			if c.Name() != "xadd" && !((c.Name() == "evalsha" || c.Name() == "eval") && strings.HasSuffix(key, "events")) {
 				feed = false

@@ -266,7 +266,7 @@ type tripHook struct{ n atomic.Int64 }
 func timed(cmd redis.Cmder) bool {
 	args := cmd.Args()
 	if len(args) > 1 {
-		if k, ok := args[1].(string); ok && strings.Contains(k, "instance") {
+		if k := asString(args[1]); strings.Contains(k, "instance") {
 			return true
 		}
 	}
@@ -275,7 +275,7 @@ func timed(cmd redis.Cmder) bool {
 		return true
 	case "evalsha", "eval":
 		if len(args) > 3 {
-			k, _ := args[3].(string)
+			k := asString(args[3])
 			// Permit renewals, and the feed's batches (append_events.lua).
 			return fmt.Sprint(args[2]) == "1" && (strings.HasSuffix(k, ":permits") || strings.HasSuffix(k, "events"))
 		}

@@ -41,13 +41,13 @@ func (h *writeArgs) note(cmd redis.Cmder) {
 	if len(args) < 20 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
 		return
 	}
-	if sha, _ := args[1].(string); sha != writeTaskScript.sha && !strings.Contains(sha, "write_task.lua") {
+	if sha, _ := derefArg(args[1]).(string); sha != writeTaskScript.sha && !strings.Contains(sha, "write_task.lua") {
 		return
 	}
 	n := int(replyInt(derefArg(args[19])))
 	var fields []string
 	for i := 0; i < n && 20+2*i < len(args); i++ {
-		f, _ := args[20+2*i].(string)
+		f, _ := derefArg(args[20+2*i]).(string)
 		fields = append(fields, f)
 	}
 	h.mu.Lock()
@@ -56,7 +56,10 @@ func (h *writeArgs) note(cmd redis.Cmder) {
 }
 
 func derefArg(v any) any {
-	if p, ok := v.(*int64); ok {
+	switch p := v.(type) {
+	case *int64:
+		return *p
+	case *string:
 		return *p
 	}
 	return v

@@ -107,7 +107,15 @@ func pageLimit(n int) int {
 	return n
 }
 
-func flag(b bool) string { return formatBool(b) }
+// flag is b as a script argument, "1" or "0", by pointer (no allocation).
+func flag(b bool) *string {
+	if b {
+		return &flagTrue
+	}
+	return &flagFalse
+}
+
+var flagTrue, flagFalse = "1", "0" // read only
 
 // strArgs appends s to dst as command arguments: pointers into s (a string
 // stored in an interface is an allocation each; go-redis writes a *string

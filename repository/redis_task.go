@@ -99,7 +99,7 @@ func (tw *EncodedWrite) scriptArgs(writeID *string, full bool, base *ackWrite) [
 		n = 1
 		for i, name := range mutableFields {
 			if tw.vals[i] != base.vals[i] || name == fHeartbeatAt {
-				args = append(args, name, &tw.vals[i])
+				args = append(args, &mutableFields[i], &tw.vals[i])
 				n++
 			}
 		}
@@ -111,8 +111,8 @@ func (tw *EncodedWrite) scriptArgs(writeID *string, full bool, base *ackWrite) [
 		return args
 	}
 	tw.nFields = int64(n)
-	for i, name := range mutableFields {
-		args = append(args, name, &tw.vals[i])
+	for i := range mutableFields {
+		args = append(args, &mutableFields[i], &tw.vals[i]) // by pointer: no allocation each
 	}
 	if full {
 		f := &tw.fixed

@@ -145,9 +145,27 @@ type pipe struct {
 func (r *Redis) pipeline() *pipe { return &pipe{r: r, p: r.c.Pipeline()} }
 
 func (p *pipe) eval(ctx context.Context, s *script, keys []string, args ...any) *evalCmd {
-	e := &evalCmd{s: s, keys: keys, args: args, cmd: p.p.EvalSha(ctx, s.sha, keys, args...)}
+	e := &evalCmd{s: s, keys: keys, args: args, cmd: evalShaCmd(ctx, s, keys, args)}
+	_ = p.p.Process(ctx, e.cmd)
 	p.evals = append(p.evals, e)
 	return e
+}
+
+// evalShaCmd is EVALSHA of s as go-redis' EvalSha builds it, with the sha
+// and the keys by pointer: a string stored in an interface is an allocation
+// each (go-redis writes a *string, and routes by it on a cluster, as the
+// string). keys must not change until the command is sent.
+func evalShaCmd(ctx context.Context, s *script, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "evalsha", &s.sha, len(keys))
+	for i := range keys {
+		a = append(a, &keys[i])
+	}
+	cmd := redis.NewCmd(ctx, append(a, args...)...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	return cmd
 }
 
 // exec sends the pipeline and returns a transport error (nil when Redis
