@@ -107,6 +107,28 @@ func pageLimit(n int) int {
 	return n
 }
 
+// stringArg and int64Arg read back a command argument the store built,
+// passed by value or by pointer.
+func stringArg(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case *string:
+		return *x
+	}
+	return ""
+}
+
+func int64Arg(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return x, true
+	case *int64:
+		return *x, true
+	}
+	return 0, false
+}
+
 // flag is b as a script argument, "1" or "0", by pointer (no allocation).
 func flag(b bool) *string {
 	if b {

@@ -56,6 +56,9 @@ type EncodedWrite struct {
 	moving bool
 	// Integer arguments, passed by pointer (no allocation per argument).
 	fence, expect, timelineMax, ttl, nowMs, nFields, newSeq int64
+	// move_plan_counts.lua's string and time arguments, by pointer too.
+	mID, mStatus, mWriteID, mOwner, mTenant, mNow string
+	mMicros                                       int64
 }
 
 // EncodeWrite checks w (the errors of WriteTask for bad input) and encodes
@@ -145,8 +148,10 @@ func (r *Redis) WriteEncoded(ctx context.Context, tw *EncodedWrite) (task.WriteR
 		pk, _ = r.keys.planKeys(t.PlanID)
 		sk := r.keys.statusKeys(t.PlanID)
 		req.mKeys = []string{pk.counts, pk.plan, pk.tasks, sk[0], sk[1], sk[2], sk[3], sk[4], sk[5]}
-		req.mArgs = []any{t.ID, string(t.Status), &tw.newSeq, &tw.fence, writeID, t.Owner, t.TenantID,
-			formatTime(now), &tw.ttl, plan.ReasonFailureThreshold, micros(now)}
+		tw.mID, tw.mStatus, tw.mWriteID, tw.mOwner, tw.mTenant = t.ID, string(t.Status), writeID, t.Owner, t.TenantID
+		tw.mNow, tw.mMicros = formatTime(now), micros(now)
+		req.mArgs = []any{&tw.mID, &tw.mStatus, &tw.newSeq, &tw.fence, &tw.mWriteID, &tw.mOwner, &tw.mTenant,
+			&tw.mNow, &tw.ttl, plan.ReasonFailureThreshold, &tw.mMicros}
 		if t.CreatedAt.IsZero() || now.Sub(t.CreatedAt) > ttlMargin(r.cfg.TTL) {
 			// The taskref follows the record's TTL, given again when it is
 			// older than the margin the scripts apply (see write_task.lua).

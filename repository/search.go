@@ -496,13 +496,13 @@ func (r *Redis) indexPlans(ctx context.Context, pp *pipe, planID string, at time
 // pipeline, so a status change stays one round trip.
 func (r *Redis) indexMoves(ctx context.Context, pp *pipe, mc *moveCall) {
 	planID := planOfKey(mc.keys[1])
-	us, ok := mc.args[10].(int64)
+	us, ok := int64Arg(mc.args[10])
 	if planID == "" || !ok {
 		return
 	}
 	var seen [6]bool
 	for _, req := range mc.reqs {
-		s, _ := req.mArgs[1].(string)
+		s := stringArg(req.mArgs[1])
 		if i := statusIndex(task.Status(s)); i >= 0 && !seen[i] {
 			seen[i] = true
 			r.indexPlans(ctx, pp, planID, time.UnixMicro(us), task.Status(s))
