@@ -180,8 +180,14 @@ func (c *Coordinator) Instances(ctx context.Context) ([]InstanceView, error) {
 	self := false
 	for _, in := range insts {
 		if in.ID == c.cfg.Instance && !c.closing.Load() {
+			// This instance's own entry shows its live fields whatever the
+			// registry's record holds: between two heartbeats of a slow
+			// machine the record may have lapsed, leaving the index's
+			// last-seen time only.
+			me := c.self()
+			me.LastSeen = in.LastSeen
 			self = true
-			out = append(out, InstanceView{Instance: in, Alive: true})
+			out = append(out, InstanceView{Instance: me, Alive: true})
 			continue
 		}
 		out = append(out, InstanceView{Instance: in, Alive: in.Alive(c.now(), c.cfg.Lease)})
