@@ -159,7 +159,7 @@ func TestAcquireScriptFloorBelowOne(t *testing.T) {
 			tb := setup(t, b, Config{Lease: 10 * time.Second})
 			ctx := context.Background()
 			for i, floor := range []int64{0, -5, 0, -1000} {
-				n, err := acquireLockScript.Run(ctx, tb.client, []string{tb.lockKey("acme"), tb.fenceKey("acme")}, fmt.Sprintf("value-%d", i), 10000, floor).Int64()
+				n, err := tb.runAcquire("acme", fmt.Sprintf("value-%d", i), floor).Int64()
 				if err != nil {
 					t.Fatalf("acquire_lock.lua, floor %d: %v", floor, err)
 				}
@@ -205,7 +205,7 @@ func TestAcquireCorruptCounter(t *testing.T) {
 						t.Errorf("lock key exists after the error (%q), want it absent", tb.get(t, tb.lockKey("acme")))
 					}
 					// Straight from the script: the exact reply.
-					err = acquireLockScript.Run(ctx, tb.client, []string{tb.lockKey("acme"), tb.fenceKey("acme")}, "value-1", 10000, 5).Err()
+					err = tb.runAcquire("acme", "value-1", 5).Err()
 					if want := "ERR tenantlock: fence counter " + tb.fenceKey("acme") + " is not an integer"; err == nil || !strings.HasSuffix(err.Error(), strings.TrimPrefix(want, "ERR ")) {
 						t.Errorf("acquire_lock.lua: err = %v, want %q", err, want)
 					}
@@ -250,20 +250,19 @@ func TestAcquireScriptRetryAfterFenceSet(t *testing.T) {
 			t.Parallel()
 			tb := setup(t, b, Config{Lease: 10 * time.Second})
 			ctx := context.Background()
-			keys := []string{tb.lockKey("acme"), tb.fenceKey("acme")}
 			const floor = 1795306092787
-			first, err := acquireLockScript.Run(ctx, tb.client, keys, "value-1", 10000, floor).Int64()
+			first, err := tb.runAcquire("acme", "value-1", floor).Int64()
 			if err != nil || first != floor {
 				t.Fatalf("first run = %d, %v; want the floor %d", first, err, int64(floor))
 			}
 			tb.client.Del(ctx, tb.lockKey("acme"))
-			second, err := acquireLockScript.Run(ctx, tb.client, keys, "value-2", 10000, floor).Int64()
+			second, err := tb.runAcquire("acme", "value-2", floor).Int64()
 			if err != nil || second != floor+1 {
 				t.Fatalf("run in the same millisecond = %d, %v; want %d", second, err, int64(floor+1))
 			}
 			for i := range 2 {
 				tb.client.PExpire(ctx, tb.lockKey("acme"), 2*time.Second)
-				again, err := acquireLockScript.Run(ctx, tb.client, keys, "value-2", 10000, floor+int64(i)*1000).Int64()
+				again, err := tb.runAcquire("acme", "value-2", floor+int64(i)*1000).Int64()
 				if err != nil || again != second {
 					t.Errorf("retry %d = %d, %v; want the same token %d", i, again, err, second)
 				}
@@ -277,7 +276,7 @@ func TestAcquireScriptRetryAfterFenceSet(t *testing.T) {
 
 			tb.client.Set(ctx, tb.fenceKey("acme"), "seven", 0)
 			tb.client.PExpire(ctx, tb.lockKey("acme"), 2*time.Second)
-			if err := acquireLockScript.Run(ctx, tb.client, keys, "value-2", 10000, floor).Err(); err == nil || !strings.Contains(err.Error(), "is not an integer") {
+			if err := tb.runAcquire("acme", "value-2", floor).Err(); err == nil || !strings.Contains(err.Error(), "is not an integer") {
 				t.Errorf("retry with a corrupt counter: err = %v, want the script's error", err)
 			}
 			if got := tb.get(t, tb.fenceKey("acme")); got != "seven" {

@@ -377,7 +377,7 @@ func TestAcquireScriptIdempotent(t *testing.T) {
 			ctx := context.Background()
 			run := func(value string) int64 {
 				t.Helper()
-				n, err := acquireLockScript.Run(ctx, tb.client, []string{tb.lockKey("acme"), tb.fenceKey("acme")}, value, 10000, 5).Int64()
+				n, err := tb.runAcquire("acme", value, 5).Int64()
 				if err != nil {
 					t.Fatalf("acquire_lock.lua: %v", err)
 				}

@@ -94,6 +94,13 @@ func (tb *testBundle) secondLocker(t *testing.T) *Locker {
 func (tb *testBundle) lockKey(tenant string) string  { return tb.cfg.LockKey(tenant) }
 func (tb *testBundle) fenceKey(tenant string) string { return tb.cfg.FenceKey(tenant) }
 
+// runAcquire runs acquire_lock.lua itself on tenant's lock and fence keys
+// with value, a 10 s lease and floor (the lease's own calls go through
+// Locker.Acquire).
+func (tb *testBundle) runAcquire(tenant, value string, floor int64) *redis.Cmd {
+	return acquireLockScript.Run(context.Background(), tb.client, []string{tb.lockKey(tenant), tb.fenceKey(tenant)}, value, 10000, floor)
+}
+
 // get returns the value at key, "" when missing.
 func (tb *testBundle) get(t *testing.T, key string) string {
 	t.Helper()
