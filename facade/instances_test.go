@@ -2,6 +2,7 @@ package facade_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -22,13 +23,12 @@ func TestInstancesSelfWhenRecordLapsed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for b.client.Exists(ctx, key).Val() == 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("coord-a never registered")
+		eventually(t, 10*time.Second, func() error {
+			if b.client.Exists(ctx, key).Val() == 0 {
+				return errors.New("coord-a never registered")
 			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 		b.client.Del(ctx, key) // lapsed: the index keeps its last-seen time
 		views, err := b.coord.Instances(ctx)
 		if err != nil {
