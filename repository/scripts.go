@@ -221,7 +221,9 @@ func (r *Redis) run(ctx context.Context, s *script, keys []string, args ...any) 
 	if err := r.loader.ensure(ctx, r.c); err != nil {
 		return nil, err
 	}
-	v, err := r.c.EvalSha(ctx, s.sha, keys, args...).Result()
+	cmd := evalShaCmd(ctx, s, keys, args)
+	_ = r.c.Process(ctx, cmd)
+	v, err := cmd.Result()
 	if isNoScript(err) {
 		r.loader.loaded.Store(false)
 		v, err = r.c.Eval(ctx, s.src, keys, args...).Result()
