@@ -31,6 +31,20 @@ type Info struct {
 	Value string
 }
 
+// Claim is a tenant lock that a script of the caller's is to take in the
+// same atomic step as a write of its own (a store's task start, see
+// task.Write.TakeLock), prepared by a Locker so that the lock looks as if
+// the Locker took it: Value in the Locker's layout (a fresh nonce), Fence
+// above every fence the Locker hands out before it, the Locker's Lease,
+// counted from Sent (before the script is sent). The Locker turns it into
+// a lease once the script took the lock (Adopt).
+type Claim struct {
+	Value string
+	Fence int64
+	Lease time.Duration
+	Sent  time.Time
+}
+
 var (
 	// ErrLocked is matched by every *LockedError.
 	ErrLocked = errors.New("tenantlock: tenant is locked")

@@ -66,6 +66,21 @@
 // would resurrect a lease that another instance may have taken and released
 // meanwhile, behind the back of the fencing token.
 //
+// # A lock taken by the caller's script: Claim and Adopt
+//
+// A caller that takes the lock in a script of its own, in the same atomic
+// step as its own write (the repository's task start, task.Write.TakeLock),
+// asks for a Claim first: a fresh value in this package's layout, the
+// fence — the Locker's clock in ms, above the task's last fence, as
+// Acquire's floor — and the lease, counted from that moment. Its script
+// must do what acquire_lock.lua does for a free lock with that fence, and
+// refuse (writing nothing) when the counter is not below it. Once it took
+// the lock, Adopt returns the Lease, with a redsync Mutex made WithValue:
+// renewed, released, lost and re-acquired like one Acquire took. A Claim
+// adopted after its lease ran out is lost at once (lapsed, not refused).
+// LockKeys names the keys, so the caller can check that its script takes
+// the same ones; an in-process Locker (NewLocal) cannot be claimed.
+//
 // # Losing a lease, and taking it back
 //
 // A lease is lost in one of two ways, and Err, Check and Refused tell them
@@ -129,6 +144,7 @@
 // # Round trips
 //
 //	Acquire                         1  (acquire_lock.lua)
+//	Claim, Adopt                    0  (the caller's script takes the lock)
 //	Acquire refused (tenant locked) 2  (acquire_lock.lua, then the holder read: GET, PTTL, GET in MULTI/EXEC)
 //	Release                         1  (redsync's compare-and-delete)
 //	extension (renewer)             1  (redsync's PEXPIRE-if-ours) every RenewEvery

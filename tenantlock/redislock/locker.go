@@ -203,6 +203,57 @@ func (l *Locker) Acquire(ctx context.Context, tenantID string, h tenantlock.Hold
 	}
 }
 
+// Claim prepares the taking of the tenant's lock for h by a script of the
+// caller's (a store's task start, task.Write.TakeLock; the script must do
+// what acquire_lock.lua does for a free lock, with the Claim's fence
+// instead of the counter's next value): a fresh value, the fence — the
+// Locker's clock in Unix ms, as Acquire's floor, and above after (the
+// task's last fence) — and the lease, counted from now. Adopt makes the
+// Lease once the script took the lock. A Locker made by NewLocal cannot be
+// claimed from a script: an error matching tenantlock.ErrInvalid.
+func (l *Locker) Claim(tenantID string, h tenantlock.Holder, after int64) (tenantlock.Claim, error) {
+	if err := validTenant(tenantID); err != nil {
+		return tenantlock.Claim{}, err
+	}
+	if err := validHolder(h); err != nil {
+		return tenantlock.Claim{}, err
+	}
+	if l.local != nil {
+		return tenantlock.Claim{}, fmt.Errorf("%w: claim tenant %s: in-process locks are not taken by store scripts", tenantlock.ErrInvalid, tenantID)
+	}
+	return tenantlock.Claim{Value: encodeValue(h), Fence: max(l.clock().UnixMilli(), after+1), Lease: l.lease, Sent: time.Now()}, nil
+}
+
+// Adopt returns the Lease of a lock that a script took as c says (Claim),
+// renewed from now on like one Acquire took. The lease counts from c.Sent:
+// adopted after it ran out (the script was answered late), it is lost at
+// once, as a lease whose renewals Redis did not confirm in time, and
+// Reacquire may take it back.
+func (l *Locker) Adopt(tenantID string, h tenantlock.Holder, c tenantlock.Claim) (*Lease, error) {
+	if err := validTenant(tenantID); err != nil {
+		return nil, err
+	}
+	if l.local != nil || c.Value == "" || c.Fence < 1 || c.Lease != l.lease {
+		return nil, fmt.Errorf("%w: adopt tenant %s: not a claim of this Locker", tenantlock.ErrInvalid, tenantID)
+	}
+	// As redsync computes Until: from when the call was sent, less the
+	// drift allowance.
+	until := c.Sent.Add(l.lease - time.Duration(float64(l.lease)*driftFactor))
+	b := &redsyncBackend{lk: l, tenantID: tenantID, fenceKey: l.fenceKey(tenantID), value: c.Value}
+	b.m = l.newMutex(b, l.lockKey(tenantID), redsync.WithValue(c.Value))
+	return newLease(tenantID, h, c.Value, c.Fence, until, l.renewEvery, b, l.onRenew), nil
+}
+
+// LockKeys returns the tenant's lock and fence keys (Config.LockKey and
+// FenceKey), so that a caller whose script takes the lock (Claim) can check
+// it uses the same ones; "" for a Locker made by NewLocal.
+func (l *Locker) LockKeys(tenantID string) (lockKey, fenceKey string) {
+	if l.local != nil {
+		return "", ""
+	}
+	return l.lockKey(tenantID), l.fenceKey(tenantID)
+}
+
 // View returns who holds the tenant's lock, for how long, and the last
 // fencing token, in one round trip (a MULTI/EXEC block, so the three reads
 // are consistent). A value this package did not write is reported as held,
