@@ -2,6 +2,7 @@ package repository
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
@@ -63,6 +64,18 @@ func checkWrite(w task.Write) error {
 	}
 	if w.ID != "" && !task.ValidWriteID(w.ID) {
 		return fmt.Errorf("%w: %s: write id %s", task.ErrInvalid, op, task.Quote(w.ID))
+	}
+	if w.TakeLock != 0 {
+		switch {
+		case w.TakeLock < time.Millisecond:
+			return fmt.Errorf("%w: %s: lock lease %s (at least 1ms)", task.ErrInvalid, op, w.TakeLock)
+		case w.PrevStatus != task.StatusPending || t.Status != task.StatusRunning:
+			return fmt.Errorf("%w: %s: only a start (PENDING → RUNNING) takes the lock, not %s → %s", task.ErrInvalid, op, w.PrevStatus, t.Status)
+		case w.Guard.LockValue == "" || w.Guard.Fence < 1:
+			return fmt.Errorf("%w: %s: a start that takes the lock needs a lock value and a fence", task.ErrInvalid, op)
+		case w.ReleaseLock:
+			return fmt.Errorf("%w: %s: a start that takes the lock cannot release it", task.ErrInvalid, op)
+		}
 	}
 	if movesCounts(w) {
 		if err := checkPlanID(t.PlanID); err != nil {

@@ -95,6 +95,15 @@
 //     store saw acknowledged, and heartbeatAt, relative to that write's id
 //     ("?prevWrite"); a record that no longer carries that id answers "send
 //     them" the same way (delta.go; Config.FullWrites turns it off).
+//     The script runs after a prefix of its kind (scripts.go): write_lock.lua
+//     for a write under a lock taken before, start_lock.lua for a task's
+//     start that takes the tenant lock itself (task.Write.TakeLock: a key
+//     more, the fence counter). The start's checks are those above but the
+//     lock's; once they pass it takes the lock (SET NX PX, the write's lock
+//     value and ARGV[7] ms) and the fence (SET … GET of the counter to the
+//     write's fence), or refuses with {3, "locked" | "fence"} — the counter
+//     put back, the lock deleted, nothing written: *task.LockNotTakenError,
+//     and the caller takes the lock the usual way.
 //  2. move_plan_counts.lua, in the plan's slot, only when the write moves
 //     the counts: when the status changes (Write.PrevStatus != Task.Status),
 //     and on a takeover or re-run of a RUNNING task — PrevStatus and status
@@ -170,6 +179,7 @@
 //
 //	WriteTask, no status change          1   write_task.lua (shared with concurrent writes)
 //	WriteTask, status change or takeover 1   pipeline: write_task + move_plan_counts (which also moves
+//	  (a start with TakeLock too)
 //	                                          the task between the plan's status indexes) + ZADD GT of
 //	                                          the plan in {p}plans:status:<S> (+2 when a refused
 //	                                          write's counts update applied: read + correction; +1 when

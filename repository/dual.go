@@ -122,6 +122,12 @@ func (d *Dual) Pending() int {
 // Redis returns the Redis half.
 func (d *Dual) Redis() *Redis { return d.r }
 
+// LockKeys is Redis.LockKeys: a start with task.Write.TakeLock goes to
+// Redis only.
+func (d *Dual) LockKeys(tenantID string) (lockKey, fenceKey string, err error) {
+	return d.r.LockKeys(tenantID)
+}
+
 // Memory returns the memory half.
 func (d *Dual) Memory() *Memory { return d.mem }
 
@@ -344,7 +350,13 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 		}
 		return &queuedOp{kind: opWriteTask, write: cw, holdTask: w.Task.ID}, nil
 	}
-	if ok, err := d.behind("write task "+w.Task.ID, apply); ok {
+	// A start that takes the tenant lock (TakeLock) is Redis' to answer:
+	// never queued, never applied to memory alone.
+	if w.TakeLock > 0 {
+		if d.Pending() > 0 {
+			return task.WriteResult{}, &UnavailableError{Op: "write task " + w.Task.ID, msg: "writes to redis are queued: a start that takes the lock waits for them"}
+		}
+	} else if ok, err := d.behind("write task "+w.Task.ID, apply); ok {
 		return memRes, err
 	}
 	// Encoded once, for Redis and for the mirror.
@@ -361,7 +373,7 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 	}
 	var re *task.RefusedError
 	switch {
-	case IsUnavailable(err) && d.cfg.SingleInstance:
+	case IsUnavailable(err) && d.cfg.SingleInstance && w.TakeLock == 0:
 		if err := d.enqueue(err, apply); err != nil {
 			return task.WriteResult{}, err
 		}

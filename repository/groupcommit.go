@@ -44,6 +44,9 @@ const WriteBatchMaxDefault = 128
 // of move_plan_counts.lua (it takes several).
 type writeReq struct {
 	pending
+	// script is write_task.lua with the prefix of the write's kind
+	// (writeTaskScript, or startTaskScript for a start that takes the lock).
+	script       *script
 	wKeys, mKeys []string
 	wArgs, mArgs []any
 	ref          string
@@ -261,7 +264,7 @@ func (r *Redis) sendNow(ctx context.Context, reqs []*writeReq) {
 	// (the replay is recognised by its write id).
 	pp := r.pipeline()
 	for _, req := range reqs {
-		req.wt = pp.eval(ctx, writeTaskScript, req.wKeys, req.wArgs...)
+		req.wt = pp.eval(ctx, req.script, req.wKeys, req.wArgs...)
 	}
 	for _, mc := range moves {
 		mc.cmd = pp.eval(ctx, movePlanCountsScript, mc.keys, mc.args...)

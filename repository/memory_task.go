@@ -31,6 +31,9 @@ func (m *Memory) write(w task.Write, queued bool) (task.WriteResult, error) {
 	if err := checkWrite(w); err != nil {
 		return task.WriteResult{}, err
 	}
+	if w.TakeLock > 0 {
+		return task.WriteResult{}, fmt.Errorf("%w: write task %s: the memory store does not take tenant locks (task.Write.TakeLock)", task.ErrInvalid, w.Task.ID)
+	}
 	nt, err := copyTaskIn(w.Task)
 	if err != nil {
 		return task.WriteResult{}, fmt.Errorf("%w: %v", task.ErrInvalid, err)

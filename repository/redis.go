@@ -73,6 +73,17 @@ func NewRedis(client redis.UniversalClient, cfg Config) (*Redis, error) {
 // with its Lock and Fence keys).
 func (r *Redis) Keys() Keys { return r.keys }
 
+// LockKeys returns the tenant lock and fence keys that a start with
+// task.Write.TakeLock takes (Keys.Lock, Keys.Fence): the tenant locker must
+// use the same ones.
+func (r *Redis) LockKeys(tenantID string) (lockKey, fenceKey string, err error) {
+	if lockKey, err = r.keys.Lock(tenantID); err != nil {
+		return "", "", err
+	}
+	fenceKey, err = r.keys.Fence(tenantID)
+	return lockKey, fenceKey, err
+}
+
 // Preload loads every script into Redis (SCRIPT LOAD) so that EVALSHA hits
 // from the first call. Calling it is optional: the store loads them on first
 // use, and again after Redis forgot them.

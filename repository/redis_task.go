@@ -55,7 +55,7 @@ type EncodedWrite struct {
 	// moving says whether the write goes to the plan's counts (movesCounts).
 	moving bool
 	// Integer arguments, passed by pointer (no allocation per argument).
-	fence, expect, timelineMax, ttl, nowMs, nFields, newSeq int64
+	fence, expect, timelineMax, ttl, nowMs, nFields, newSeq, leaseMs int64
 	// move_plan_counts.lua's string and time arguments, by pointer too.
 	mID, mStatus, mWriteID, mOwner, mTenant, mNow string
 	mMicros                                       int64
@@ -69,7 +69,8 @@ func EncodeWrite(w task.Write) (*EncodedWrite, error) {
 	}
 	t := w.Task
 	op := "write task " + t.ID
-	tw := &EncodedWrite{w: w, id: writeIDOf(w), moving: movesCounts(w), vals: mutableValues(t), fence: w.Guard.Fence, expect: w.ExpectSeq}
+	tw := &EncodedWrite{w: w, id: writeIDOf(w), moving: movesCounts(w), vals: mutableValues(t), fence: w.Guard.Fence, expect: w.ExpectSeq,
+		leaseMs: w.TakeLock.Milliseconds()}
 	var err error
 	if tw.fixed, err = fixedOf(t); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", task.ErrInvalid, op, err)
@@ -96,8 +97,12 @@ func (tw *EncodedWrite) scriptArgs(writeID *string, full bool, base *ackWrite) [
 		n += 4
 	}
 	args := make([]any, 0, 11+2*n+len(tw.events))
+	var seventh any = flag(tw.w.ReleaseLock) // write_lock.lua: release; start_lock.lua: the lease
+	if tw.w.TakeLock > 0 {
+		seventh = &tw.leaseMs
+	}
 	args = append(args, &tw.w.Guard.LockValue, &tw.fence, &tw.expect, writeID, &tw.ckpt,
-		flag(tw.w.ClearRequests), flag(tw.w.ReleaseLock), &tw.timelineMax, &tw.ttl, &tw.nowMs, &tw.nFields)
+		flag(tw.w.ClearRequests), seventh, &tw.timelineMax, &tw.ttl, &tw.nowMs, &tw.nFields)
 	if base != nil {
 		n = 1
 		for i, name := range mutableFields {
@@ -140,8 +145,13 @@ func (r *Redis) WriteEncoded(ctx context.Context, tw *EncodedWrite) (task.WriteR
 	tw.timelineMax, tw.ttl, tw.nowMs, tw.newSeq = int64(r.cfg.TimelineMax), r.ttlMs(), now.UnixMilli(), tw.expect+1
 	req := &writeReq{
 		pending: pending{ctx: ctx},
+		script:  writeTaskScript,
 		wKeys:   []string{tk.task, tk.ckpt, tk.timeline, tk.lock, tk.index, tk.history},
 		wArgs:   tw.scriptArgs(&writeID, false, r.last.base(tw)),
+	}
+	if tw.w.TakeLock > 0 {
+		fence, _ := r.keys.Fence(t.TenantID)
+		req.script, req.wKeys = startTaskScript, append(req.wKeys, fence)
 	}
 	var pk planKeys
 	if tw.moving {
@@ -182,7 +192,7 @@ func (r *Redis) sendWrite(ctx context.Context, op string, tw *EncodedWrite, req 
 		// record no longer carries the write a delta was relative to: the
 		// same write again, whole. The counts update of the first attempt
 		// stands.
-		again := &writeReq{pending: pending{ctx: ctx}, wKeys: req.wKeys, wArgs: tw.scriptArgs(&writeID, true, nil)}
+		again := &writeReq{pending: pending{ctx: ctx}, script: req.script, wKeys: req.wKeys, wArgs: tw.scriptArgs(&writeID, true, nil)}
 		if err := r.send(again); err != nil {
 			return task.WriteResult{}, wrapErr(ctx, op, err)
 		}
@@ -194,7 +204,12 @@ func (r *Redis) sendWrite(ctx context.Context, op string, tw *EncodedWrite, req 
 		return task.WriteResult{}, fmt.Errorf("%s: empty script reply", op)
 	}
 	if replyInt(v[0]) != 1 {
-		refused := refusal(t.ID, v)
+		var refused error
+		if replyInt(v[0]) == 3 {
+			refused = &task.LockNotTakenError{TaskID: t.ID, TenantID: t.TenantID, Reason: replyStr(v[1])}
+		} else {
+			refused = refusal(t.ID, v)
+		}
 		if req.mKeys != nil && req.mvErr == nil && len(req.mv) > 1 && replyInt(req.mv[1]) == 1 {
 			if err := r.correctCounts(ctx, tk, pk, t.PlanID, t.ID, writeID); err != nil {
 				return task.WriteResult{}, errors.Join(refused, err)

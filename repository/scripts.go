@@ -15,6 +15,10 @@ var (
 	deriveLua string
 	//go:embed scripts/write_task.lua
 	writeTaskLua string
+	//go:embed scripts/write_lock.lua
+	writeLockLua string
+	//go:embed scripts/start_lock.lua
+	startLockLua string
 	//go:embed scripts/move_plan_counts.lua
 	movePlanCountsLua string
 	//go:embed scripts/correct_plan_counts.lua
@@ -63,9 +67,11 @@ func newScript(name string, src ...string) *script {
 	return &script{name: name, src: all, sha: hex.EncodeToString(sum[:])}
 }
 
-// The scripts; those that move plan counts carry the derive_plan.lua library.
+// The scripts; those that move plan counts carry the derive_plan.lua library,
+// the task writes the lock handling of their kind.
 var (
-	writeTaskScript         = newScript("write_task", writeTaskLua)
+	writeTaskScript         = newScript("write_task", writeLockLua, writeTaskLua)
+	startTaskScript         = newScript("start_task", startLockLua, writeTaskLua)
 	movePlanCountsScript    = newScript("move_plan_counts", deriveLua, movePlanCountsLua)
 	correctPlanCountsScript = newScript("correct_plan_counts", deriveLua, correctPlanCountsLua)
 	repairPlanCountsScript  = newScript("repair_plan_counts", deriveLua, repairPlanCountsLua)
@@ -81,7 +87,7 @@ var (
 	appendEventsScript      = newScript("append_events", appendEventsLua)
 
 	allScripts = []*script{
-		writeTaskScript, movePlanCountsScript, correctPlanCountsScript, repairPlanCountsScript,
+		writeTaskScript, startTaskScript, movePlanCountsScript, correctPlanCountsScript, repairPlanCountsScript,
 		requestTaskScript, beatTaskScript, updatePlanScript, createPlanScript, pushPlanTasksScript,
 		listPlanTasksScript, restoreIndexScript, claimIdempotencyScript, finishIdempotencyScript,
 		appendEventsScript, searchPlanTasksScript, searchPruneScript, reindexPlanScript,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
 )
@@ -49,6 +50,16 @@ type Write struct {
 	// ReleaseLock deletes the tenant lock held with Guard.LockValue in the
 	// same atomic step as the write (the task's last write of a run).
 	ReleaseLock bool
+	// TakeLock, when positive, makes the write a task's start that takes
+	// the tenant lock itself, in the same atomic step: the lock with value
+	// Guard.LockValue for TakeLock, and the fence Guard.Fence, which must be
+	// above every fence taken for the tenant before (the caller's clock in
+	// Unix ms, as the lock's own acquisitions take it). Nothing is written
+	// when the lock is held or the fencing counter is not below Guard.Fence:
+	// the store answers a *LockNotTakenError then, and the caller takes the
+	// lock the usual way. Stores that cannot take the lock refuse such a
+	// write as invalid.
+	TakeLock time.Duration
 	// ID names the write so that sending it again is safe: a store that
 	// finds it already applied (an earlier attempt whose answer was lost)
 	// answers it as written, with the stored result. Empty: the store gives
@@ -136,6 +147,25 @@ func (e *RefusedError) Error() string {
 
 // Is makes errors.Is(err, ErrWriteRefused) match.
 func (e *RefusedError) Is(target error) bool { return target == ErrWriteRefused }
+
+// ErrLockNotTaken matches a *LockNotTakenError.
+var ErrLockNotTaken = errors.New("task: the start did not take the tenant lock")
+
+// LockNotTakenError is a start with Write.TakeLock that could not take the
+// tenant lock: nothing was written. Reason is "locked" (another value holds
+// the lock) or "fence" (the tenant's fencing counter is not below the
+// write's fence, or is not a counter).
+type LockNotTakenError struct {
+	TaskID, TenantID string
+	Reason           string
+}
+
+func (e *LockNotTakenError) Error() string {
+	return fmt.Sprintf("task %s: start did not take the lock of tenant %s (%s); nothing written", e.TaskID, e.TenantID, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrLockNotTaken) match.
+func (e *LockNotTakenError) Is(target error) bool { return target == ErrLockNotTaken }
 
 // Request is a cooperative request stored on a task for its running instance.
 type Request string

@@ -18,6 +18,15 @@
 -- A write whose id is already stored was applied before (a client retry): it
 -- succeeds again without writing.
 --
+-- The script runs after one of two prefixes, which define lock_held(),
+-- take_lock() and release_lock():
+--   write_lock.lua  a write under a lock taken before: check b reads the
+--                   lock; ARGV[7] = "1" deletes it after the write
+--   start_lock.lua  a task's start that takes the lock itself: check b
+--                   passes, and after checks a-f the lock and the fence
+--                   ARGV[2] are taken (KEYS[7], ARGV[7]: see that file) or
+--                   the start is refused with {3, reason}, nothing written
+--
 -- TTLs: a checkpoint is SET with the TTL and a timeline this write creates
 -- gets it. The record, timeline, checkpoint, index and history are given
 -- the TTL again only when the record's "ttlAt" (the writer's clock, Unix
@@ -41,7 +50,7 @@
 -- ARGV[4] -> write id (random per write)
 -- ARGV[5] -> checkpoint JSON; "" keeps the checkpoint, "-" deletes it
 -- ARGV[6] -> "1" clears the pause and cancel requests
--- ARGV[7] -> "1" deletes the lock (its value matched)
+-- ARGV[7] -> see the prefix (write_lock.lua, start_lock.lua)
 -- ARGV[8] -> timeline max entries
 -- ARGV[9] -> TTL in milliseconds
 -- ARGV[10] -> the writer's now, Unix milliseconds
@@ -53,7 +62,8 @@
 -- Returns {1, seq, pauseRequested, cancelRequested} when written (0|1 flags,
 -- as stored after the write), {0, reason, status, seq, fence, owner} (the
 -- stored state) when refused, or {2, 'fixed'} when the fixed fields are
--- needed (nothing written).
+-- needed (nothing written), or {3, reason} when a start could not take the
+-- lock (start_lock.lua; nothing written).
 
 local rec = redis.call('HMGET', KEYS[1], 'status', 'seq', 'fence', 'owner', 'writeId',
   'pauseRequested', 'cancelRequested', 'fixedSum', 'ttlAt')
@@ -63,7 +73,7 @@ local pause, cancel = tonumber(rec[6]) or 0, tonumber(rec[7]) or 0
 if rec[5] == ARGV[4] then return {1, seq, pause, cancel} end
 
 local function refuse(reason) return {0, reason, rec[1], seq, fence, rec[4] or ''} end
-if ARGV[1] ~= '' and redis.call('GET', KEYS[4]) ~= ARGV[1] then return refuse('lock') end
+if not lock_held() then return refuse('lock') end
 if fence > tonumber(ARGV[2]) then return refuse('fence') end
 if seq ~= tonumber(ARGV[3]) then return refuse('seq') end
 
@@ -95,6 +105,8 @@ if refresh then
   fields[#fields + 1] = 'ttlAt'
   fields[#fields + 1] = ARGV[10]
 end
+local not_taken = take_lock()
+if not_taken then return not_taken end
 redis.call('HSET', KEYS[1], unpack(fields))
 
 if ARGV[5] == '-' then
@@ -119,5 +131,5 @@ end
 if refresh then
   for _, k in ipairs({KEYS[1], KEYS[3], KEYS[5], KEYS[6]}) do redis.call('PEXPIRE', k, ttl) end
 end
-if ARGV[7] == '1' and ARGV[1] ~= '' then redis.call('DEL', KEYS[4]) end
+if release_lock() then redis.call('DEL', KEYS[4]) end
 return {1, new_seq, pause, cancel}
