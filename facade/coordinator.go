@@ -100,9 +100,12 @@ type Coordinator struct {
 	// queue is the store's shared work queue in shared mode, else nil.
 	queue WorkQueue
 	locks Locker[Lease]
-	cfg   Config
-	log   zerolog.Logger
-	now   Clock
+	// claims takes a task's lock in its start write (claimstart.go); nil
+	// when the store and the locker cannot.
+	claims claimer
+	cfg    Config
+	log    zerolog.Logger
+	now    Clock
 
 	mu    sync.Mutex
 	plans map[string]*planRun // plans this instance starts tasks for
@@ -207,7 +210,7 @@ func New[L Lease](store Store, locks Locker[L], cfg Config) (*Coordinator, error
 		log = *cfg.Logger
 	}
 	c := &Coordinator{
-		store: store, queue: queue, locks: leases[L]{locks}, cfg: cfg, now: cfg.Clock,
+		store: store, queue: queue, locks: leases[L]{locks}, claims: claimStarts(store, locks), cfg: cfg, now: cfg.Clock,
 		log:   log.With().Str("component", "facade").Logger(),
 		plans: map[string]*planRun{}, tasks: map[string]*taskRun{},
 		obs: cfg.Observer, started: cfg.Clock().UTC(), planStatus: map[string]plan.Status{},

@@ -302,6 +302,11 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) (again bool) {
 	c.waitSuspect()
 	acquired := c.beginAcquire(t.ID)
 	defer acquired()
+	if c.claims != nil {
+		if again, done := c.startClaimed(pr, t, acquired, log); done {
+			return again
+		}
+	}
 	lease, err := c.acquire(pr, t)
 	if err != nil {
 		var locked *tenantlock.LockedError

@@ -421,8 +421,8 @@ func TestStageTransitionRoundTrips(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		})
-		if got, want := run-createOnly-feed.n.Load(), int64(1+1+n); got != want {
-			t.Fatalf("running a task of %d stages took %d round trips, want %d (lock 1, start 1, one per stage)", n, got, want)
+		if got, want := run-createOnly-feed.n.Load(), int64(1+n); got != want {
+			t.Fatalf("running a task of %d stages took %d round trips, want %d (the start, which takes the lock, 1; one per stage)", n, got, want)
 		}
 		b.waitTask(b.coord, "t-run", task.StatusCompleted)
 	})

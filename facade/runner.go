@@ -106,13 +106,12 @@ func (r *taskRun) abandon() {
 // register makes the run visible to requests on this instance; it returns
 // false when the instance is shutting down.
 func (c *Coordinator) register(r *taskRun) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closing.Load() {
+	if !c.reserveRun() {
 		return false
 	}
+	c.mu.Lock()
 	c.tasks[r.t.ID] = r
-	c.runs.Add(1)
+	c.mu.Unlock()
 	return true
 }
 

@@ -148,7 +148,8 @@ func (h *failFirstStart) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 
 func (h *failFirstStart) hit(c redis.Cmder) bool {
 	args := c.Args()
-	if (c.Name() != "evalsha" && c.Name() != "eval") || len(args) < 3 || fmt.Sprint(args[2]) != "6" {
+	// 6 keys: write_task.lua after the lock; 7: a start that takes the lock.
+	if (c.Name() != "evalsha" && c.Name() != "eval") || len(args) < 3 || (fmt.Sprint(args[2]) != "6" && fmt.Sprint(args[2]) != "7") {
 		return false
 	}
 	for _, a := range args[3:] {

@@ -1,0 +1,215 @@
+package facade_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deploycoord/deploycoord/facade"
+	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/repository"
+	"github.com/deploycoord/deploycoord/task"
+)
+
+// loseFirstClaimedStart lets the first start that takes the lock (7 keys)
+// reach Redis and then drops its answer, as a connection cut after the
+// command ran.
+type loseFirstClaimedStart struct{ hits atomic.Int32 }
+
+func (h *loseFirstClaimedStart) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *loseFirstClaimedStart) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if h.hit(cmd) {
+			return cmd.Err()
+		}
+		return err
+	}
+}
+
+func (h *loseFirstClaimedStart) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if h.hit(c) {
+				for _, o := range cmds {
+					o.SetErr(c.Err())
+				}
+				return c.Err()
+			}
+		}
+		return err
+	}
+}
+
+func (h *loseFirstClaimedStart) hit(c redis.Cmder) bool {
+	args := c.Args()
+	if (c.Name() != "evalsha" && c.Name() != "eval") || len(args) < 3 || fmt.Sprint(args[2]) != "7" || c.Err() != nil {
+		return false
+	}
+	if h.hits.Add(1) != 1 {
+		return false
+	}
+	c.SetErr(errors.New("injected: connection reset after the start was sent"))
+	return true
+}
+
+// TestClaimedStartAnswerLost: the start that takes the lock lands but its
+// answer is lost; sent again with the same write id and lock value it is
+// answered as written. The task runs once, its timeline has one start, the
+// plan's counts are exact and the lock is released at the end.
+func TestClaimedStartAnswerLost(t *testing.T) {
+	t.Parallel()
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		hook := &loseFirstClaimedStart{}
+		hooked := redistest.Backend{Name: be.Name, Mini: be.Mini, New: func(t testing.TB) (redis.UniversalClient, string) {
+			c, prefix := be.New(t)
+			c.AddHook(hook)
+			return c, prefix
+		}}
+		b := setup(t, hooked)
+		v := b.create(spec([]task.StageSpec{b.httpStage("one", task.RetryPolicy{})}, "t-lost"))
+		pv := b.waitPlan(b.coord, v.ID, plan.StatusCompleted, plan.StatusFailed, plan.StatusPaused)
+		b.idle(b.coord)
+		if n := hook.hits.Load(); n < 1 {
+			t.Fatal("no start answer was dropped (hook not hit)")
+		}
+		tv := b.waitTask(b.coord, "t-lost", task.StatusCompleted)
+		if pv.Status != plan.StatusCompleted || pv.Counts[task.StatusCompleted] != 1 || pv.Counts.Total() != 1 {
+			t.Fatalf("plan %s %v, want COMPLETED with one completed task", pv.Status, pv.Counts)
+		}
+		if tv.Attempt != 1 || b.target.count("t-lost", "one") != 1 {
+			t.Errorf("attempt %d, stage called %d times; want 1, 1", tv.Attempt, b.target.count("t-lost", "one"))
+		}
+		tl, err := b.coord.Timeline(context.Background(), "t-lost", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		started := 0
+		for _, ev := range tl.Events {
+			if ev.Type == task.EventStarted {
+				started++
+				if ev.Fence != tv.Fence {
+					t.Errorf("start event fence %d, task fence %d", ev.Fence, tv.Fence)
+				}
+			}
+		}
+		if started != 1 {
+			t.Errorf("%d start events, want 1: %+v", started, tl.Events)
+		}
+		info, err := b.locks.View(context.Background(), "t-lost")
+		if err != nil || info.Held {
+			t.Errorf("lock after the run: %+v, %v; want released", info, err)
+		}
+	})
+}
+
+// TestClaimedStartFenceAhead: a tenant whose fencing counter is ahead of
+// this instance's clock (another instance's clock ahead, or a step back of
+// ours) cannot take the fence its start proposes: the start writes nothing
+// and takes the lock the usual way, with the counter's next token.
+func TestClaimedStartFenceAhead(t *testing.T) {
+	t.Parallel()
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be)
+		fenceKey, err := b.store.Keys().Fence("t-ahead")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ahead := time.Now().Add(time.Hour).UnixMilli()
+		if err := b.client.Set(context.Background(), fenceKey, ahead, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		v := b.create(spec([]task.StageSpec{noopStage("one")}, "t-ahead", "t-usual"))
+		pv := b.waitPlan(b.coord, v.ID, plan.StatusCompleted, plan.StatusFailed, plan.StatusPaused)
+		if pv.Status != plan.StatusCompleted || pv.Counts[task.StatusCompleted] != 2 {
+			t.Fatalf("plan %s %v", pv.Status, pv.Counts)
+		}
+		if tv := b.waitTask(b.coord, "t-ahead", task.StatusCompleted); tv.Fence != ahead+1 {
+			t.Errorf("fence %d, want the counter's next token %d", tv.Fence, ahead+1)
+		}
+		if tv := b.waitTask(b.coord, "t-usual", task.StatusCompleted); tv.Fence <= 0 || tv.Fence > time.Now().UnixMilli() {
+			t.Errorf("fence %d of a claimed start, want this instance's clock in ms", tv.Fence)
+		}
+	})
+}
+
+// holdClaimedStart is a store whose first start that takes the lock lands
+// and then waits for open before answering.
+type holdClaimedStart struct {
+	*repository.Redis
+	once          sync.Once
+	entered, open chan struct{}
+}
+
+func (h *holdClaimedStart) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, error) {
+	res, err := h.Redis.WriteTask(ctx, w)
+	if w.TakeLock > 0 {
+		h.once.Do(func() {
+			close(h.entered)
+			<-h.open
+		})
+	}
+	return res, err
+}
+
+// TestClaimedStartDuringShutdown: a start that lands while the instance
+// begins its shutdown is a run like the others: it is paused at its first
+// boundary ("instance shutdown"), its lock released, and the shutdown
+// waits for it.
+func TestClaimedStartDuringShutdown(t *testing.T) {
+	t.Parallel()
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be)
+		ctx := context.Background()
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := b.coord.Shutdown(sctx); err != nil {
+			t.Fatal(err)
+		}
+		store := &holdClaimedStart{Redis: b.store, entered: make(chan struct{}), open: make(chan struct{})}
+		cfg := b.cfg
+		cfg.Instance = "coord-x"
+		x, err := facade.New(store, b.locks, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := x.CreatePlan(ctx, spec([]task.StageSpec{b.httpStage("one", task.RetryPolicy{})}, "t-shut"), anyone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-store.entered // the start is RUNNING in Redis, its answer held
+		done := make(chan error, 1)
+		go func() { done <- x.Shutdown(sctx) }()
+		missing := plan.NewID(time.Now())
+		eventually(t, 5*time.Second, func() error {
+			if _, err := x.ResumePlan(ctx, missing, facade.ResumeOptions{Reason: "probe"}, anyone); errors.Is(err, facade.ErrShuttingDown) {
+				return nil
+			}
+			return errors.New("x not closing yet")
+		})
+		close(store.open)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		y := b.second("coord-y")
+		tv := b.waitTask(y, "t-shut", task.StatusPaused)
+		if tv.Reason != facade.ReasonShutdown || b.target.count("t-shut", "one") != 0 {
+			t.Errorf("task paused for %q with the stage called %d times; want %q and none", tv.Reason, b.target.count("t-shut", "one"), facade.ReasonShutdown)
+		}
+		if info, err := b.locks.View(ctx, "t-shut"); err != nil || info.Held {
+			t.Errorf("lock after the shutdown: %+v, %v; want released", info, err)
+		}
+		if pv, err := y.Plan(ctx, v.ID); err != nil || pv.Counts[task.StatusPaused] != 1 || pv.Counts[task.StatusRunning] != 0 {
+			t.Errorf("plan counts %v, %v", pv.Counts, err)
+		}
+	})
+}
