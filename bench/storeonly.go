@@ -17,7 +17,8 @@ import (
 // runStoreOnly makes the storage calls of a plan of n tenants × 1 noop
 // stage without the coordinator: the Redis store's CreatePlan, then from
 // -concurrency goroutines, for each task, what the runner sends — the
-// tenant lock (redislock.Locker.Acquire), the PENDING → RUNNING write, the final
+// PENDING → RUNNING write that takes the tenant lock (redislock.Locker.Claim,
+// task.Write.TakeLock, Locker.Adopt), the final
 // write with the checkpoint and the lock release — and checks the plan
 // COMPLETED. It is the floor under the coordinator's cost with today's
 // scripts and round trips: the coordinator cannot be faster than its
@@ -82,21 +83,26 @@ func (e *env) runStoreOnly(ctx context.Context, n int) (planRun, error) {
 // runStoredTask makes the storage calls of one task run as the runner makes
 // them for a single noop stage.
 func runStoredTask(ctx context.Context, store *repository.Redis, locks *redislock.Locker, t *task.Task, instance string) error {
-	lease, err := locks.Acquire(ctx, t.TenantID, tenantlock.Holder{PlanID: t.PlanID, TaskID: t.ID, Instance: instance})
+	h := tenantlock.Holder{PlanID: t.PlanID, TaskID: t.ID, Instance: instance}
+	claim, err := locks.Claim(t.TenantID, h, t.Fence)
 	if err != nil {
-		return fmt.Errorf("acquire %s: %w", t.TenantID, err)
+		return fmt.Errorf("claim %s: %w", t.TenantID, err)
 	}
-	g := task.Guard{LockValue: lease.Value(), Fence: lease.Fence()}
+	g := task.Guard{LockValue: claim.Value, Fence: claim.Fence}
 	now := time.Now()
 	if err := t.Start(now, instance, g.Fence); err != nil {
 		return err
 	}
 	res, err := store.WriteTask(ctx, task.Write{
-		Task: t, PrevStatus: task.StatusPending, ExpectSeq: t.Seq, Guard: g,
+		Task: t, PrevStatus: task.StatusPending, ExpectSeq: t.Seq, Guard: g, TakeLock: claim.Lease,
 		Events: []task.Event{{At: now, Type: task.EventStarted, Attempt: 1, Instance: instance, Fence: g.Fence}},
 	})
 	if err != nil {
 		return fmt.Errorf("start %s: %w", t.ID, err)
+	}
+	lease, err := locks.Adopt(t.TenantID, h, claim)
+	if err != nil {
+		return fmt.Errorf("adopt %s: %w", t.TenantID, err)
 	}
 	t.Seq = res.Seq
 	t.EnterStage(0, "s00", now)

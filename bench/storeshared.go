@@ -17,7 +17,7 @@ import (
 // pushed on its queue after CreatePlan, and each of -concurrency goroutines
 // claims an entry and a permit (giving back the permit of its previous
 // task in the same call), reads the claimed task, then makes the task's
-// lock, start and final writes as runStoredTask does.
+// start (taking the lock) and final writes as runStoredTask does.
 func (e *env) runStoreShared(ctx context.Context, n int) (planRun, error) {
 	prefix := newPrefix("store")
 	defer func() { _ = e.reset(context.Background(), prefix) }()
