@@ -77,6 +77,11 @@ func claimStarts[L Lease](store Store, locks Locker[L]) claimer {
 	return claims[L]{cl}
 }
 
+// StartsTakeLock reports whether task starts take the tenant lock in their
+// RUNNING write (the store and the locker name the same lock keys); when
+// false, every start takes the lock first.
+func (c *Coordinator) StartsTakeLock() bool { return c.claims != nil }
+
 // startClaimed starts t with one write that marks it RUNNING and takes its
 // tenant lock, and runs it. done is false when nothing was written and the
 // start goes the usual way (startTask): the tenant is locked, its fence

@@ -16,6 +16,7 @@ import (
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // loseFirstClaimedStart lets the first start that takes the lock (7 keys)
@@ -212,4 +213,56 @@ func TestClaimedStartDuringShutdown(t *testing.T) {
 			t.Errorf("plan counts %v, %v", pv.Counts, err)
 		}
 	})
+}
+
+// TestStartsTakeLock: starts take the lock in their write only when the
+// store and the locker name the same lock keys; an in-process locker, or a
+// locker on other keys, keeps the lock first.
+func TestStartsTakeLock(t *testing.T) {
+	t.Parallel()
+	be := redistest.Backends()[0]
+	b := setup(t, be)
+	if !b.coord.StartsTakeLock() {
+		t.Fatal("Redis store and Redis locker on the same keys: starts do not take the lock")
+	}
+	other, err := redislock.New(b.client, redislock.Config{
+		LockKey:  func(tn string) string { return b.prefix + "otherlock:{" + tn + "}" },
+		FenceKey: func(tn string) string { k, _ := b.store.Keys().Fence(tn); return k },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := redislock.NewLocal(redislock.LocalConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]*facade.Coordinator{
+		"locker on other keys": newCoord(t, b, other),
+		"in-process locker":    newCoord(t, b, local),
+	} {
+		if c.StartsTakeLock() {
+			t.Errorf("%s: starts take the lock", name)
+		}
+	}
+	// The gated locker of the shutdown test hides its claims.
+	g := &gatedLocks{Locker: b.locks}
+	if newCoord(t, b, g).StartsTakeLock() {
+		t.Error("a locker without claims: starts take the lock")
+	}
+}
+
+func newCoord[L facade.Lease](t *testing.T, b *bundle, locks facade.Locker[L]) *facade.Coordinator {
+	t.Helper()
+	cfg := b.cfg
+	cfg.Instance = "coord-keys"
+	c, err := facade.New(b.store, locks, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Shutdown(ctx)
+	})
+	return c
 }

@@ -269,7 +269,7 @@ func (m *Main) Run(ctx context.Context) error {
 	go func() { m.served <- m.server.Serve(ln) }()
 	m.Log.Info().Str("addr", m.Addr).Str("advertise_addr", advertise).Str("version", Version).Str("key_prefix", c.KeyPrefix).
 		Dur("lock_lease", c.LockLease).Int("pipelines", len(pipelines)).Bool("single_instance", c.SingleInstance).Bool("shared_plans", c.SharedPlans && !c.SingleInstance).
-		Str("redis", m.redisAddr).Int("redis_pool_size", m.redisPool).Str("console", home).Msg("listening")
+		Str("redis", m.redisAddr).Int("redis_pool_size", m.redisPool).Str("console", home).Bool("starts_take_lock", m.coord.StartsTakeLock()).Msg("listening")
 	return nil
 }
 

@@ -96,6 +96,11 @@ func TestEmbeddedRedis(t *testing.T) {
 	if !warned {
 		t.Errorf("no warning about the embedded Redis in the logs:\n%s", logs)
 	}
+	// Task starts take the tenant lock in their RUNNING write (the store's
+	// and the locker's keys agree); the lock below is such a start's lease.
+	if !strings.Contains(logs.String(), `"starts_take_lock":true`) {
+		t.Errorf("the listening line does not say starts take the lock:\n%s", logs)
+	}
 
 	in := local(t, m)
 	for _, path := range []string{"/healthz", "/readyz"} {
