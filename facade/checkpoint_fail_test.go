@@ -112,11 +112,7 @@ func TestCheckpointWriteFailureFailsTask(t *testing.T) {
 	t.Parallel()
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		hook := &failCheckpoint{stage: "two", err: replyError("ERR injected checkpoint write failure")}
-		hooked := redistest.Backend{Name: be.Name, Mini: be.Mini, New: func(t testing.TB) (redis.UniversalClient, string) {
-			c, prefix := be.New(t)
-			c.AddHook(hook) // before the client is used: AddHook is not safe with commands in flight
-			return c, prefix
-		}}
+		hooked := withHook(be, hook)
 		b := setup(t, hooked)
 		stages := []task.StageSpec{b.httpStage("one", task.RetryPolicy{}), b.httpStage("two", task.RetryPolicy{}), b.httpStage("three", task.RetryPolicy{})}
 		v := b.create(spec(stages, "t-1"))

@@ -3,9 +3,7 @@ package facade_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,50 +17,6 @@ import (
 	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
-// loseFirstClaimedStart lets the first start that takes the lock (7 keys)
-// reach Redis and then drops its answer, as a connection cut after the
-// command ran.
-type loseFirstClaimedStart struct{ hits atomic.Int32 }
-
-func (h *loseFirstClaimedStart) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *loseFirstClaimedStart) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		if h.hit(cmd) {
-			return cmd.Err()
-		}
-		return err
-	}
-}
-
-func (h *loseFirstClaimedStart) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		for _, c := range cmds {
-			if h.hit(c) {
-				for _, o := range cmds {
-					o.SetErr(c.Err())
-				}
-				return c.Err()
-			}
-		}
-		return err
-	}
-}
-
-func (h *loseFirstClaimedStart) hit(c redis.Cmder) bool {
-	args := c.Args()
-	if (c.Name() != "evalsha" && c.Name() != "eval") || len(args) < 3 || fmt.Sprint(args[2]) != "7" || c.Err() != nil {
-		return false
-	}
-	if h.hits.Add(1) != 1 {
-		return false
-	}
-	c.SetErr(errors.New("injected: connection reset after the start was sent"))
-	return true
-}
-
 // TestClaimedStartAnswerLost: the start that takes the lock lands but its
 // answer is lost; sent again with the same write id and lock value it is
 // answered as written. The task runs once, its timeline has one start, the
@@ -70,12 +24,9 @@ func (h *loseFirstClaimedStart) hit(c redis.Cmder) bool {
 func TestClaimedStartAnswerLost(t *testing.T) {
 	t.Parallel()
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
-		hook := &loseFirstClaimedStart{}
-		hooked := redistest.Backend{Name: be.Name, Mini: be.Mini, New: func(t testing.TB) (redis.UniversalClient, string) {
-			c, prefix := be.New(t)
-			c.AddHook(hook)
-			return c, prefix
-		}}
+		// The first start that takes the lock lands, its answer is lost.
+		hook := &loseAnswer{match: func(c redis.Cmder) bool { return taskWrite(c, "7") }}
+		hooked := withHook(be, hook)
 		b := setup(t, hooked)
 		v := b.create(spec([]task.StageSpec{b.httpStage("one", task.RetryPolicy{})}, "t-lost"))
 		pv := b.waitPlan(b.coord, v.ID, plan.StatusCompleted, plan.StatusFailed, plan.StatusPaused)

@@ -124,6 +124,16 @@ func (b *bundle) second(instance string) *facade.Coordinator {
 	return c
 }
 
+// withHook is be with hook added to every client it makes, before the
+// client is used (AddHook is not safe with commands in flight).
+func withHook(be redistest.Backend, hook redis.Hook) redistest.Backend {
+	return redistest.Backend{Name: be.Name, Mini: be.Mini, New: func(t testing.TB) (redis.UniversalClient, string) {
+		c, prefix := be.New(t)
+		c.AddHook(hook)
+		return c, prefix
+	}}
+}
+
 // forBackends runs f as a parallel subtest on miniredis and on real Redis.
 func forBackends(t *testing.T, f func(t *testing.T, be redistest.Backend)) {
 	t.Helper()

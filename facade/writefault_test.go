@@ -15,14 +15,41 @@ import (
 	"github.com/deploycoord/deploycoord/task"
 )
 
-// loseFinalAnswer lets the first task write to COMPLETED reach Redis and
+// loseAnswer lets the first command that match selects reach Redis and
 // replaces its answer (and its pipeline's) with a transport error: the
-// write landed, the runner does not know.
-type loseFinalAnswer struct{ hits atomic.Int32 }
+// write landed, the writer does not know.
+type loseAnswer struct {
+	match func(c redis.Cmder) bool
+	hits  atomic.Int32
+}
 
-func (h *loseFinalAnswer) DialHook(next redis.DialHook) redis.DialHook { return next }
+// loseFinalAnswer loses the answer of the first task write (write_task.lua,
+// six keys) to COMPLETED.
+func loseFinalAnswer() *loseAnswer {
+	return &loseAnswer{match: func(c redis.Cmder) bool {
+		return taskWrite(c, "6") && writesStatus(c, task.StatusCompleted)
+	}}
+}
 
-func (h *loseFinalAnswer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+// taskWrite reports whether c is a task write with keys keys ("6":
+// write_task.lua after the lock; "7": a start that takes the lock).
+func taskWrite(c redis.Cmder, keys string) bool {
+	args := c.Args()
+	return (c.Name() == "evalsha" || c.Name() == "eval") && len(args) >= 3 && fmt.Sprint(args[2]) == keys
+}
+
+func writesStatus(c redis.Cmder, st task.Status) bool {
+	for _, a := range c.Args()[3:] {
+		if s, ok := a.(*string); ok && *s == string(st) {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *loseAnswer) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *loseAnswer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if err := next(ctx, cmd); err != nil {
 			return err
@@ -31,7 +58,7 @@ func (h *loseFinalAnswer) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 	}
 }
 
-func (h *loseFinalAnswer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *loseAnswer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if err := next(ctx, cmds); err != nil {
 			return err
@@ -41,18 +68,12 @@ func (h *loseFinalAnswer) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 }
 
 // lose sets a transport error on every command of cmds when one of them is
-// the first write_task call (six keys) storing status COMPLETED.
-func (h *loseFinalAnswer) lose(cmds []redis.Cmder) error {
+// the first that match selects.
+func (h *loseAnswer) lose(cmds []redis.Cmder) error {
 	hit := false
 	for _, c := range cmds {
-		args := c.Args()
-		if (c.Name() != "evalsha" && c.Name() != "eval") || len(args) < 3 || fmt.Sprint(args[2]) != "6" {
-			continue
-		}
-		for _, a := range args[3:] {
-			if s, ok := a.(*string); ok && *s == string(task.StatusCompleted) {
-				hit = true
-			}
+		if h.match(c) {
+			hit = true
 		}
 	}
 	if !hit || h.hits.Add(1) != 1 {
@@ -73,12 +94,8 @@ func (h *loseFinalAnswer) lose(cmds []redis.Cmder) error {
 func TestLostAnswerOfLandedWrite(t *testing.T) {
 	t.Parallel()
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
-		hook := &loseFinalAnswer{}
-		hooked := redistest.Backend{Name: be.Name, Mini: be.Mini, New: func(t testing.TB) (redis.UniversalClient, string) {
-			c, prefix := be.New(t)
-			c.AddHook(hook)
-			return c, prefix
-		}}
+		hook := loseFinalAnswer()
+		hooked := withHook(be, hook)
 		b := setup(t, hooked)
 		v := b.create(spec([]task.StageSpec{noopStage("one")}, "t-lost"))
 		pv := b.waitPlan(b.coord, v.ID, plan.StatusCompleted, plan.StatusFailed)
@@ -147,21 +164,11 @@ func (h *failFirstStart) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 }
 
 func (h *failFirstStart) hit(c redis.Cmder) bool {
-	args := c.Args()
-	// 6 keys: write_task.lua after the lock; 7: a start that takes the lock.
-	if (c.Name() != "evalsha" && c.Name() != "eval") || len(args) < 3 || (fmt.Sprint(args[2]) != "6" && fmt.Sprint(args[2]) != "7") {
+	if !(taskWrite(c, "6") || taskWrite(c, "7")) || !writesStatus(c, task.StatusRunning) || h.hits.Add(1) != 1 {
 		return false
 	}
-	for _, a := range args[3:] {
-		if s, ok := a.(*string); ok && *s == string(task.StatusRunning) {
-			if h.hits.Add(1) != 1 {
-				return false
-			}
-			c.SetErr(replyError("ERR injected start write failure"))
-			return true
-		}
-	}
-	return false
+	c.SetErr(replyError("ERR injected start write failure"))
+	return true
 }
 
 // TestStartWriteFailureStartsAgain: a task whose start write fails (an
@@ -172,11 +179,7 @@ func TestStartWriteFailureStartsAgain(t *testing.T) {
 	t.Parallel()
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		hook := &failFirstStart{}
-		hooked := redistest.Backend{Name: be.Name, Mini: be.Mini, New: func(t testing.TB) (redis.UniversalClient, string) {
-			c, prefix := be.New(t)
-			c.AddHook(hook)
-			return c, prefix
-		}}
+		hooked := withHook(be, hook)
 		b := setup(t, hooked)
 		v := b.create(spec([]task.StageSpec{b.httpStage("one", task.RetryPolicy{})}, "t-start"))
 		pv := b.waitPlan(b.coord, v.ID, plan.StatusCompleted, plan.StatusFailed, plan.StatusPaused)
