@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,4 +217,78 @@ func newCoord[L facade.Lease](t *testing.T, b *bundle, locks facade.Locker[L]) *
 		_ = c.Shutdown(ctx)
 	})
 	return c
+}
+
+// gatedClaims is a Dual store whose claims answer "full" while closed: its
+// instance runs no task of a shared plan until the test opens it.
+type gatedClaims struct {
+	*repository.Dual
+	open atomic.Bool
+}
+
+func (g *gatedClaims) ClaimTasks(ctx context.Context, planID string, release []plan.QueueEntry, lease time.Duration, want int) (plan.Claim, error) {
+	if !g.open.Load() {
+		return plan.Claim{Outcome: plan.ClaimFull}, nil
+	}
+	return g.Dual.ClaimTasks(ctx, planID, release, lease, want)
+}
+
+// dualCoord is a coordinator on a Dual store (memory + b's Redis, as the
+// server wires it, claims gated) and b's locker, with shared plans.
+func dualCoord(t *testing.T, b *bundle, instance string) (*facade.Coordinator, *gatedClaims) {
+	t.Helper()
+	store := &gatedClaims{Dual: repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), b.store)}
+	cfg := b.cfg
+	cfg.Instance, cfg.SharedPlans = instance, true
+	c, err := facade.New(store, b.locks, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = c.Shutdown(ctx)
+	})
+	return c, store
+}
+
+// TestStaleCreatedCopyStartsFromRedis: the instance that created a plan
+// reads a claimed start entry's task from its memory (the task as created)
+// — until a write based on it is refused. Here another instance ran the
+// task, it failed and was retried (PENDING again, attempt 2, a new start
+// entry); the creator claims that entry, its start from the stale copy is
+// refused, memory lets the copy go, and the entry, queued again, starts
+// attempt 2 from Redis' record. Without the letting go the creator would
+// claim and refuse the entry for ever.
+func TestStaleCreatedCopyStartsFromRedis(t *testing.T) {
+	t.Parallel()
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be)
+		ctx := context.Background()
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := b.coord.Shutdown(sctx); err != nil {
+			t.Fatal(err)
+		}
+		creator, creatorGate := dualCoord(t, b, "coord-creator")
+		other, otherGate := dualCoord(t, b, "coord-other")
+		b.target.script("t-stale", "one", 500, 200)
+		v, err := creator.CreatePlan(ctx, spec([]task.StageSpec{b.httpStage("one", task.RetryPolicy{})}, "t-stale"), anyone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		otherGate.open.Store(true) // the other instance runs attempt 1
+		b.waitTask(other, "t-stale", task.StatusFailed)
+		otherGate.open.Store(false)
+		if _, err := other.Retry(ctx, "t-stale", facade.RetryRequest{ExpectedAttempt: 1, Reason: "target fixed"}, anyone); err != nil {
+			t.Fatal(err)
+		}
+		creatorGate.open.Store(true) // the creator claims the retry's start entry
+		pv := b.waitPlan(creator, v.ID, plan.StatusCompleted)
+		tv := b.waitTask(creator, "t-stale", task.StatusCompleted)
+		if tv.Attempt != 2 || tv.Owner != "coord-creator" || b.target.count("t-stale", "one") != 2 || pv.Counts[task.StatusCompleted] != 1 {
+			t.Errorf("task attempt %d owner %s, stage called %d times, counts %v; want attempt 2 by the creator, 2 calls, 1 completed",
+				tv.Attempt, tv.Owner, b.target.count("t-stale", "one"), pv.Counts)
+		}
+	})
 }

@@ -310,8 +310,14 @@
 // mirrors accepted writes into a Memory with DropFinished, which keeps only
 // unfinished tasks and plans; a write's checkpoint and events are encoded
 // once for both. It reads Redis and falls back to memory only when Redis is
-// unreachable, reporting Degraded until a Redis call succeeds again. The
-// event feed is Redis' only (unavailable when Redis is).
+// unreachable, reporting Degraded until a Redis call succeeds again — with
+// one exception: QueuedTask answers the start entry of a task it created
+// and never wrote since from memory (Memory.FreshTask, no round trip; with
+// several instances only). Such a copy is PENDING with seq 0 as created; if
+// another instance wrote the task in Redis, the start from it is refused
+// (seq), and a refused write takes the copy out of the fresh set
+// (Memory.Unfresh), so the next read goes to Redis. The event feed is
+// Redis' only (unavailable when Redis is).
 //
 // When Redis cannot take a write, Dual has two modes (docs/architecture.md, "When Redis is unreachable or restarts"):
 //

@@ -386,6 +386,11 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 		landed := re.Reason == task.RefusedSeq && re.Seq == w.ExpectSeq+1 &&
 			re.Fence == w.Guard.Fence && re.Owner == w.Task.Owner
 		d.mem.ResolvePendingWrite(w.Task.ID, w.ExpectSeq, landed)
+		if !d.cfg.SingleInstance {
+			// Redis holds another state than the writer's: a copy of the task
+			// as created is stale (QueuedTask).
+			d.mem.Unfresh(w.Task.ID, w.Task.PlanID)
+		}
 	}
 	return res, err
 }

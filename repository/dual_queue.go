@@ -61,8 +61,19 @@ func (d *Dual) ActiveQueues(ctx context.Context) ([]plan.QueueState, error) {
 	return qs, err
 }
 
-// QueuedTask reads Redis (see Redis.QueuedTask).
+// QueuedTask reads Redis (see Redis.QueuedTask) — except for the start entry
+// of a task this store created and never wrote since (Memory.FreshTask),
+// answered from memory without a round trip: it is PENDING with seq 0 as
+// created, unless another instance wrote it in Redis meanwhile, and then
+// the start's write, which expects seq 0, is refused and memory lets the
+// task go (WriteTask), so the entry, queued again, is read from Redis.
+// Not in single-instance mode, which has no shared queues.
 func (d *Dual) QueuedTask(ctx context.Context, e plan.QueueEntry) (*task.Task, error) {
+	if e.Kind == plan.QueueStart && !d.cfg.SingleInstance && e.Check() == nil {
+		if t := d.mem.FreshTask(e.TaskID, ""); t != nil && t.TenantID == e.TenantID && t.Status == task.StatusPending {
+			return t, nil
+		}
+	}
 	t, err := d.r.QueuedTask(ctx, e)
 	d.observe(err)
 	return t, err

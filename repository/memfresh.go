@@ -167,6 +167,31 @@ func (m *Memory) taskLocked(id, planID string) *memTask {
 	return m.thawLocked(fs, i)
 }
 
+// FreshTask returns a copy of task id as created, if memory holds it and no
+// write of this store has touched it since (it is still in its plan's
+// fresh set); nil otherwise. Another instance may have written it in
+// Redis meanwhile: a write based on it carries seq 0 and is refused then
+// (Unfresh, Dual.QueuedTask).
+func (m *Memory) FreshTask(id, planID string) *task.Task {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	fs, i := m.freshLocked(id, planID)
+	if fs == nil {
+		return nil
+	}
+	return copyTaskOut(fs.record(i))
+}
+
+// Unfresh takes task id out of its plan's fresh set (FreshTask no longer
+// answers it), as its first write would.
+func (m *Memory) Unfresh(id, planID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if fs, i := m.freshLocked(id, planID); fs != nil {
+		m.thawLocked(fs, i)
+	}
+}
+
 // viewLocked returns the task id in memory for reading: a never-written
 // task is not thawed, its record is built for the read (nil if memory does
 // not hold the task).
