@@ -128,9 +128,17 @@ func TestPagesRunningPlan(t *testing.T) {
 		Plans   []string
 		Events  int
 	}
-	ev := br.get(b.ui("events?after="+url.QueryEscape(cursor))).mustStatus(t, 200, "events")
-	if err := jsonUnmarshal(ev.body, &ch); err != nil || ch.Events == 0 || !contains(ch.Tenants, "t-run") || !contains(ch.Plans, pv.ID) || ch.Cursor == cursor {
-		t.Fatalf("events after the page's cursor: %+v (%v)", ch, err)
+	// The coordinator publishes its events in batches (20ms): ask again
+	// until they are in the feed.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ev := br.get(b.ui("events?after="+url.QueryEscape(cursor))).mustStatus(t, 200, "events")
+		err := jsonUnmarshal(ev.body, &ch)
+		if err == nil && ch.Events > 0 && contains(ch.Tenants, "t-run") && contains(ch.Plans, pv.ID) && ch.Cursor != cursor {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events after the page's cursor: %+v (%v)", ch, err)
+		}
 	}
 	// As a stream: a first "changes" event at once, with its cursor as id.
 	req, _ := http.NewRequest("GET", b.srv.URL+b.ui("events?planId="+pv.ID+"&after="+url.QueryEscape(cursor)), nil)
