@@ -126,29 +126,9 @@ func (p *publisher) close() {
 
 // feedEvent turns a timeline entry of t into a feed event.
 func feedEvent(t *task.Task, ev task.Event) task.FeedEvent {
-	data := map[string]any{"status": string(t.Status), "attempt": ev.Attempt}
-	set := func(k string, v any, ok bool) {
-		if ok {
-			data[k] = v
-		}
-	}
-	set("stage", ev.Stage, ev.Stage != "")
-	set("stageIndex", ev.StageIndex, ev.StageIndex != nil)
-	set("stageAttempt", ev.StageAttempt, ev.StageAttempt != 0)
-	set("delay", ev.Delay.D().String(), ev.Delay != 0)
-	set("duration", ev.Duration.D().String(), ev.Duration != 0)
-	set("reason", ev.Reason, ev.Reason != "")
-	set("actor", ev.Actor, ev.Actor != "")
-	set("role", ev.Role, ev.Role != "")
-	set("requestId", ev.RequestID, ev.RequestID != "")
-	set("instance", ev.Instance, ev.Instance != "")
-	set("fence", ev.Fence, ev.Fence != 0)
-	for k, v := range ev.Data {
-		if _, taken := data[k]; !taken {
-			data[k] = v
-		}
-	}
-	return task.FeedEvent{Type: string(ev.Type), At: ev.At, PlanID: t.PlanID, TaskID: t.ID, TenantID: t.TenantID, Data: data}
+	// The data (task.EventData) is written by the store from the event
+	// itself, without a map per event.
+	return task.FeedEvent{Type: string(ev.Type), At: ev.At, PlanID: t.PlanID, TaskID: t.ID, TenantID: t.TenantID, Of: &ev, OfStatus: t.Status}
 }
 
 // publishWrite publishes the timeline entries of a successful task write.

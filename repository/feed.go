@@ -84,14 +84,70 @@ func checkFeedEvent(dst []byte, i int, ev task.FeedEvent) ([]byte, error) {
 			return nil, fmt.Errorf("%s: %w", op(), err)
 		}
 	}
-	if ev.Data == nil {
+	data := ev.Data
+	if data == nil && ev.Of != nil {
+		if len(ev.Of.Data) == 0 {
+			return appendEventData(dst, ev.OfStatus, ev.Of), nil
+		}
+		data = task.EventData(ev.OfStatus, *ev.Of)
+	}
+	if data == nil {
 		return dst, nil
 	}
-	b, err := appendJSONValue(dst, ev.Data)
+	b, err := appendJSONValue(dst, data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: data: %v", task.ErrInvalid, op(), err)
 	}
 	return b, nil
+}
+
+// appendEventData appends the JSON of task.EventData(status, *ev) for an
+// event without Data of its own — the same bytes as appendJSONValue of the
+// map (its keys sorted), without building it: a task's feed events are
+// the feed's most (TestAppendEventDataIsTheMaps).
+func appendEventData(b []byte, status task.Status, ev *task.Event) []byte {
+	sep := byte('{')
+	key := func(k string) {
+		b = append(b, sep)
+		sep = ','
+		b = append(appendJSONString(b, k), ':')
+	}
+	str := func(k, v string) {
+		if v != "" {
+			key(k)
+			b = appendJSONString(b, v)
+		}
+	}
+	// In the order of the keys' bytes, as appendJSONValue sorts them.
+	str("actor", ev.Actor)
+	key("attempt")
+	b = strconv.AppendInt(b, int64(ev.Attempt), 10)
+	if ev.Delay != 0 {
+		str("delay", ev.Delay.D().String())
+	}
+	if ev.Duration != 0 {
+		str("duration", ev.Duration.D().String())
+	}
+	if ev.Fence != 0 {
+		key("fence")
+		b = strconv.AppendInt(b, ev.Fence, 10)
+	}
+	str("instance", ev.Instance)
+	str("reason", ev.Reason)
+	str("requestId", ev.RequestID)
+	str("role", ev.Role)
+	str("stage", ev.Stage)
+	if ev.StageAttempt != 0 {
+		key("stageAttempt")
+		b = strconv.AppendInt(b, int64(ev.StageAttempt), 10)
+	}
+	if ev.StageIndex != nil {
+		key("stageIndex")
+		b = strconv.AppendInt(b, int64(*ev.StageIndex), 10)
+	}
+	key("status")
+	b = appendJSONString(b, string(status))
+	return append(b, '}')
 }
 
 // validFeedType reports whether s matches feedTypeRe,
@@ -224,6 +280,10 @@ func (m *Memory) PublishEvents(_ context.Context, evs []task.FeedEvent) error {
 			c.At = now
 		}
 		c.At = utc(c.At)
+		if ev.Data == nil && ev.Of != nil {
+			ev.Data = task.EventData(ev.OfStatus, *ev.Of)
+		}
+		c.Of, c.OfStatus = nil, ""
 		if ev.Data != nil {
 			d, err := normalize(ev.Data)
 			if err != nil {

@@ -60,7 +60,7 @@ func appendFeedEntryEvent(b []byte, i int, ev task.FeedEvent, at time.Time) ([]b
 	field(`,"planId":`, ev.PlanID)
 	field(`,"taskId":`, ev.TaskID)
 	field(`,"tenantId":`, ev.TenantID)
-	if ev.Data != nil {
+	if ev.Data != nil || ev.Of != nil {
 		b = append(b, `,"data":`...)
 	}
 	b, err := checkFeedEvent(b, i, ev)
