@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -103,18 +101,13 @@ func BenchmarkPlanNoop(b *testing.B) {
 	b.ReportMetric(float64(redisCmds(b, client)-cmds0)/tasks, "redis-cmds/task")
 }
 
-// redisCPU returns the server's CPU time so far (INFO cpu, user + sys).
+// redisCPU returns the server's CPU time so far.
 func redisCPU(b *testing.B, c *redis.Client) time.Duration {
-	info, err := c.InfoMap(context.Background(), "cpu").Result()
+	d, err := redistest.ServerCPU(context.Background(), c)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var sec float64
-	for _, k := range []string{"used_cpu_user", "used_cpu_sys"} {
-		v, _ := strconv.ParseFloat(info["CPU"][k], 64)
-		sec += v
-	}
-	return time.Duration(sec * float64(time.Second))
+	return d
 }
 
 // redisCmds returns how many commands the server ran so far, those of
@@ -133,11 +126,11 @@ func redisCmds(b *testing.B, c *redis.Client) int64 {
 	return n
 }
 
-// selfCPU returns this process's CPU time so far (getrusage).
+// selfCPU returns this process's CPU time so far.
 func selfCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := redistest.SelfCPU()
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }

@@ -3,7 +3,6 @@ package repository_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,16 +52,11 @@ func newBenchEnv(b testing.TB) *benchEnv {
 // redisCPU returns the server's CPU time so far (INFO cpu, user + sys).
 func (e *benchEnv) redisCPU(tb testing.TB) time.Duration {
 	tb.Helper()
-	info, err := e.client.InfoMap(context.Background(), "cpu").Result()
+	d, err := redistest.ServerCPU(context.Background(), e.client)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var sec float64
-	for _, k := range []string{"used_cpu_user", "used_cpu_sys"} {
-		v, _ := strconv.ParseFloat(info["CPU"][k], 64)
-		sec += v
-	}
-	return time.Duration(sec * float64(time.Second))
+	return d
 }
 
 // redisCommands returns how many times Redis has run each command so far,

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,16 +39,11 @@ func newBenchLocker(b *testing.B) (*redislock.Locker, *redistest.Counter, func()
 		b.Fatal(err)
 	}
 	redisCPU := func() time.Duration {
-		info, err := c.InfoMap(context.Background(), "cpu").Result()
+		d, err := redistest.ServerCPU(context.Background(), c)
 		if err != nil {
 			b.Fatal(err)
 		}
-		var sec float64
-		for _, k := range []string{"used_cpu_user", "used_cpu_sys"} {
-			v, _ := strconv.ParseFloat(info["CPU"][k], 64)
-			sec += v
-		}
-		return time.Duration(sec * float64(time.Second))
+		return d
 	}
 	// Warm up: the scripts are loaded (NOSCRIPT once), a connection is open.
 	lease, err := l.Acquire(context.Background(), "warm-up", tenantlock.Holder{PlanID: "p", TaskID: "t", Instance: "bench-1"})
@@ -76,11 +70,11 @@ func report(b *testing.B, counter *redistest.Counter, redisCPU func() time.Durat
 
 // selfCPU returns the CPU time (user and system) of this process so far.
 func selfCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := redistest.SelfCPU()
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }
 
 // BenchmarkAcquireRelease takes a tenant's lock with a new fencing token
