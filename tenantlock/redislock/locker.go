@@ -239,8 +239,7 @@ func (l *Locker) Adopt(tenantID string, h tenantlock.Holder, c tenantlock.Claim)
 	// As redsync computes Until: from when the call was sent, less the
 	// drift allowance.
 	until := c.Sent.Add(l.lease - time.Duration(float64(l.lease)*driftFactor))
-	b := &redsyncBackend{lk: l, tenantID: tenantID, fenceKey: l.fenceKey(tenantID), value: c.Value}
-	b.m = l.newMutex(b, l.lockKey(tenantID), redsync.WithValue(c.Value))
+	b := &redsyncBackend{lk: l, tenantID: tenantID, fenceKey: l.fenceKey(tenantID), value: c.Value} // Mutex on first use
 	return newLease(tenantID, h, c.Value, c.Fence, until, l.renewEvery, b, l.onRenew), nil
 }
 
@@ -423,8 +422,7 @@ func (l *Locker) reacquire(ctx context.Context, old *Lease) (*Lease, error) {
 		// The lock is ours in Redis until it expires; a retry finds it so.
 		return nil, &RedisError{Op: "reacquire", TenantID: tenantID, Cause: "re-acquisition confirmed after the lease ran out", unavailable: true}
 	}
-	b := &redsyncBackend{lk: l, tenantID: tenantID, fenceKey: l.fenceKey(tenantID), value: old.value}
-	b.m = l.newMutex(b, l.lockKey(tenantID), redsync.WithValue(old.value))
+	b := &redsyncBackend{lk: l, tenantID: tenantID, fenceKey: l.fenceKey(tenantID), value: old.value} // Mutex on first use
 	return newLease(tenantID, old.holder, old.value, old.fence, until, l.renewEvery, b, l.onRenew), nil
 }
 

@@ -52,7 +52,10 @@ const redsyncDeleteHash = "e950836ed1e694540c503ef9972b8de518044d3b"
 // As a backend, only the Lease's renewer calls extend, and Release after the
 // renewer has exited; redsync's Mutex is not safe for concurrent use.
 type redsyncBackend struct {
-	lk       *Locker
+	lk *Locker
+	// m is the Mutex; for a lease made from a lock taken elsewhere (Adopt,
+	// Reacquire) it is made on first use (mutex), so a task whose last
+	// write deletes the lock before a renewal never builds one.
 	m        *redsync.Mutex
 	tenantID string
 	fenceKey string
@@ -163,10 +166,19 @@ func noErrNil(err error) error {
 	return err
 }
 
+// mutex returns b's Mutex, making it (with b's value) on first use.
+func (b *redsyncBackend) mutex() *redsync.Mutex {
+	if b.m == nil {
+		b.m = b.lk.newMutex(b, b.lk.lockKey(b.tenantID), redsync.WithValue(b.value))
+	}
+	return b.m
+}
+
 func (b *redsyncBackend) extend(ctx context.Context) (time.Time, error) {
-	ok, err := b.m.ExtendContext(ctx)
+	m := b.mutex()
+	ok, err := m.ExtendContext(ctx)
 	if ok {
-		return b.m.Until(), nil
+		return m.Until(), nil
 	}
 	if isTaken(err) {
 		return time.Time{}, fmt.Errorf("%w: the lock was deleted or holds another value", errRefused)
@@ -181,7 +193,7 @@ func (b *redsyncBackend) extend(ctx context.Context) (time.Time, error) {
 func (b *redsyncBackend) forget() {}
 
 func (b *redsyncBackend) release(ctx context.Context) error {
-	ok, err := b.m.UnlockContext(ctx)
+	ok, err := b.mutex().UnlockContext(ctx)
 	switch {
 	case ok:
 		return nil
