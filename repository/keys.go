@@ -260,9 +260,9 @@ func (k Keys) planKeys(planID string) (planKeys, error) {
 
 // taskKeys are the keys of one task in its tenant's slot, and its taskref.
 type taskKeys struct {
-	id                                         string
-	task, timeline, ckpt, lock, index, history string
-	ref                                        string
+	id                                                string
+	task, timeline, ckpt, lock, fence, index, history string
+	ref                                               string
 }
 
 func (k Keys) taskKeys(tenantID, taskID string) (taskKeys, error) {
@@ -270,12 +270,13 @@ func (k Keys) taskKeys(tenantID, taskID string) (taskKeys, error) {
 		return taskKeys{}, err
 	}
 	// One allocation holds every key; each is a slice of it:
-	// <task>:timeline <ckpt> <lock> <index>:history <ref>.
+	// <task>:timeline <ckpt> <lock> <fence> <index>:history <ref>.
 	p := k.prefix
-	b := make([]byte, 0, 5*len(p)+4*len(tenantID)+3*len(taskID)+
-		len("task:{}:"+suffixTimeline)+len("ckpt:{}:")+len("lock:tenant:{}")+len("index:tenant:{}"+suffixHistory)+len("taskref:{}"))
+	b := make([]byte, 0, 6*len(p)+5*len(tenantID)+3*len(taskID)+
+		len("task:{}:"+suffixTimeline)+len("ckpt:{}:")+len("lock:tenant:{}")+len("fence:tenant:{}")+
+		len("index:tenant:{}"+suffixHistory)+len("taskref:{}"))
 	var tk taskKeys
-	var cuts [6]int
+	var cuts [7]int
 	b = k.appendTask(b, tenantID, taskID)
 	cuts[0] = len(b)
 	b = append(b, suffixTimeline...)
@@ -284,17 +285,20 @@ func (k Keys) taskKeys(tenantID, taskID string) (taskKeys, error) {
 	cuts[2] = len(b)
 	b = k.appendTenant(b, "lock", tenantID)
 	cuts[3] = len(b)
-	b = k.appendTenant(b, "index", tenantID)
+	b = k.appendTenant(b, "fence", tenantID)
 	cuts[4] = len(b)
-	b = append(b, suffixHistory...)
+	b = k.appendTenant(b, "index", tenantID)
 	cuts[5] = len(b)
+	b = append(b, suffixHistory...)
+	cuts[6] = len(b)
 	b = k.appendTaskRef(b, taskID)
 	s := unsafe.String(unsafe.SliceData(b), len(b))
 	tk.id = taskID
 	tk.task, tk.timeline = s[:cuts[0]], s[:cuts[1]]
 	tk.ckpt = s[cuts[1]:cuts[2]]
 	tk.lock = s[cuts[2]:cuts[3]]
-	tk.index, tk.history = s[cuts[3]:cuts[4]], s[cuts[3]:cuts[5]]
-	tk.ref = s[cuts[5]:]
+	tk.fence = s[cuts[3]:cuts[4]]
+	tk.index, tk.history = s[cuts[4]:cuts[5]], s[cuts[4]:cuts[6]]
+	tk.ref = s[cuts[6]:]
 	return tk, nil
 }

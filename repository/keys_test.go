@@ -85,7 +85,7 @@ func TestKeysLayout(t *testing.T) {
 		}
 		grouped := map[string]string{
 			"plan": pk.plan, "planTasks": pk.tasks, "planCounts": pk.counts,
-			"task": tk.task, "timeline": tk.timeline, "ckpt": tk.ckpt, "lock": tk.lock, "index": tk.index,
+			"task": tk.task, "timeline": tk.timeline, "ckpt": tk.ckpt, "lock": tk.lock, "fence": tk.fence, "index": tk.index,
 			"history": tk.history, "taskref": tk.ref,
 		}
 		for name, g := range grouped {

@@ -150,8 +150,7 @@ func (r *Redis) WriteEncoded(ctx context.Context, tw *EncodedWrite) (task.WriteR
 		wArgs:   tw.scriptArgs(&writeID, false, r.last.base(tw)),
 	}
 	if tw.w.TakeLock > 0 {
-		fence, _ := r.keys.Fence(t.TenantID)
-		req.script, req.wKeys = startTaskScript, append(req.wKeys, fence)
+		req.script, req.wKeys = startTaskScript, append(req.wKeys, tk.fence)
 	}
 	var pk planKeys
 	if tw.moving {
