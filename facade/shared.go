@@ -295,9 +295,7 @@ func (pr *planRun) requeue(e plan.QueueEntry, front bool) bool {
 // status still fits; it reports whether it should be queued again.
 func (pr *planRun) runClaimed(e plan.QueueEntry) (again bool) {
 	c := pr.c
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
-	t, err := c.queue.QueuedTask(ctx, e)
-	cancel()
+	t, err := c.queuedTask(e)
 	if err != nil {
 		if IsUnavailable(err) {
 			return true
@@ -320,6 +318,25 @@ func (pr *planRun) runClaimed(e plan.QueueEntry) (again bool) {
 	// Anything else was started, finished or changed by someone since it
 	// was queued (a dead instance's RUNNING task, say: never restarted).
 	return false
+}
+
+// createdQueue is a WorkQueue that may answer a claimed entry's task from
+// memory (repository.Dual: the start entry of a task it created).
+type createdQueue interface {
+	CreatedQueuedTask(e plan.QueueEntry) *task.Task
+}
+
+// queuedTask reads the task of a claimed entry: from the queue's memory
+// when it holds it (no deadline needed), else from the store.
+func (c *Coordinator) queuedTask(e plan.QueueEntry) (*task.Task, error) {
+	if cq, ok := c.queue.(createdQueue); ok {
+		if t := cq.CreatedQueuedTask(e); t != nil {
+			return t, nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
+	defer cancel()
+	return c.queue.QueuedTask(ctx, e)
 }
 
 // renewPermits renews the permits of the plan's tasks running here every

@@ -69,12 +69,23 @@ func (d *Dual) ActiveQueues(ctx context.Context) ([]plan.QueueState, error) {
 // task go (WriteTask), so the entry, queued again, is read from Redis.
 // Not in single-instance mode, which has no shared queues.
 func (d *Dual) QueuedTask(ctx context.Context, e plan.QueueEntry) (*task.Task, error) {
-	if e.Kind == plan.QueueStart && !d.cfg.SingleInstance && e.Check() == nil {
-		if t := d.mem.FreshTask(e.TaskID, ""); t != nil && t.TenantID == e.TenantID && t.Status == task.StatusPending {
-			return t, nil
-		}
+	if t := d.CreatedQueuedTask(e); t != nil {
+		return t, nil
 	}
 	t, err := d.r.QueuedTask(ctx, e)
 	d.observe(err)
 	return t, err
+}
+
+// CreatedQueuedTask is QueuedTask's answer from memory (the start entry of
+// a task this store created and never wrote since), or nil when Redis has
+// to answer: a caller that tries it first needs no deadline for it.
+func (d *Dual) CreatedQueuedTask(e plan.QueueEntry) *task.Task {
+	if e.Kind != plan.QueueStart || d.cfg.SingleInstance || e.Check() != nil {
+		return nil
+	}
+	if t := d.mem.FreshTask(e.TaskID, ""); t != nil && t.TenantID == e.TenantID && t.Status == task.StatusPending {
+		return t
+	}
+	return nil
 }
