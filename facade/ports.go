@@ -139,6 +139,10 @@ type Lease interface {
 	// once if the lease is lost already. Release, Forget and a replacing
 	// Reacquire are not losses. Call the CancelFunc when done with it.
 	Context(parent context.Context) (context.Context, context.CancelFunc)
+	// OnLost calls f with Err's value the moment the lease is lost (at once
+	// if it is lost already), unless stop was called first; f must not call
+	// the lease. Release, Forget and a replacing Reacquire are not losses.
+	OnLost(f func(cause error)) (stop func())
 	// Release stops renewal and deletes the lock if it still holds Value.
 	// Returns nil when the lock is deleted or already gone, an error
 	// matching tenantlock.ErrLeaseLost when it holds another holder's value

@@ -619,9 +619,10 @@ func (r *taskRun) finish() {
 // heartbeat refreshes the task's heartbeat every lease/3 while it holds
 // lease, and cancels the run's stage (cancel) the moment the lease is lost:
 // the instance cannot promise it is the only one deploying the tenant after
-// its lease ends. It starts no goroutine: the lease's own renewer cancels
-// the lease's context, and timers beat and watch the deadline (a task
-// shorter than lease/3 never fires either).
+// its lease ends. It starts no goroutine and makes no context: the lease's
+// own renewer calls the cancel when it records the loss (Lease.OnLost), and
+// timers beat and watch the deadline (a task shorter than lease/3 never
+// fires either).
 func (r *taskRun) heartbeat(lease Lease, cancel context.CancelCauseFunc) (stop func()) {
 	tenantID, taskID, g := r.t.TenantID, r.t.ID, guardOf(lease)
 	every := max(r.c.cfg.Lease/3, 10*time.Millisecond)
@@ -635,11 +636,8 @@ func (r *taskRun) heartbeat(lease Lease, cancel context.CancelCauseFunc) (stop f
 	}
 	guard := min(max(leaseLen/10, 50*time.Millisecond), 5*time.Second)
 
-	lctx, stopLease := lease.Context(context.Background())
-	stopLost := context.AfterFunc(lctx, func() {
-		if cause := context.Cause(lctx); errors.Is(cause, tenantlock.ErrLeaseLost) {
-			cancel(fmt.Errorf("%w: %w", errInterrupted, cause))
-		}
+	stopLost := lease.OnLost(func(cause error) {
+		cancel(fmt.Errorf("%w: %w", errInterrupted, cause))
 	})
 
 	var mu sync.Mutex
@@ -704,7 +702,6 @@ func (r *taskRun) heartbeat(lease Lease, cancel context.CancelCauseFunc) (stop f
 			}
 			mu.Unlock()
 			stopLost()
-			stopLease()
 		})
 	}
 }

@@ -291,3 +291,77 @@ func TestLeaseContextNoGoroutine(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestLeaseOnLost: f is told of a loss once, with Err, before Lost closes;
+// at once when the lease is lost already; never after stop, nor for
+// Release or Forget.
+func TestLeaseOnLost(t *testing.T) {
+	t.Parallel()
+	for _, b := range redistest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			tb := setup(t, b, Config{Lease: 10 * time.Second, RenewEvery: 50 * time.Millisecond})
+			l := tb.acquire(t, "acme", holder("task-1"))
+			type call struct {
+				cause    error
+				lostDone bool
+			}
+			calls := make(chan call, 4)
+			stop := l.OnLost(func(cause error) {
+				select {
+				case <-l.lost: // under the lease's lock: read the field, not Lost()
+					calls <- call{cause, true}
+				default:
+					calls <- call{cause, false}
+				}
+			})
+			defer stop()
+			stopped := l.OnLost(func(error) { t.Error("a stopped OnLost was called") })
+			stopped()
+			if n := hookCount(l); n != 1 {
+				t.Errorf("%d hooks registered, want 1", n)
+			}
+			tb.client.Set(context.Background(), tb.lockKey("acme"), "other holder", 0)
+			select {
+			case c := <-calls:
+				if c.cause == nil || c.cause != l.Err() || !errors.Is(c.cause, tenantlock.ErrLeaseRefused) {
+					t.Errorf("cause %v, want the lease's Err %v", c.cause, l.Err())
+				}
+				if c.lostDone {
+					t.Error("f was called after Lost closed")
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatal("f not called after the lease was lost")
+			}
+			// Lost already: at once, with the same cause.
+			var late error
+			l.OnLost(func(cause error) { late = cause })()
+			if late == nil || late != l.Err() {
+				t.Errorf("OnLost after the loss: %v, want %v at once", late, l.Err())
+			}
+			select {
+			case c := <-calls:
+				t.Errorf("f called twice (%v)", c.cause)
+			case <-time.After(100 * time.Millisecond):
+			}
+
+			// Release and Forget are not losses.
+			for _, end := range []string{"release", "forget"} {
+				l2 := tb.acquire(t, "acme-"+end, holder("task-2"))
+				called := false
+				defer l2.OnLost(func(error) { called = true })()
+				if end == "release" {
+					if err := l2.Release(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					l2.Forget()
+				}
+				time.Sleep(150 * time.Millisecond)
+				if called {
+					t.Errorf("%s called OnLost's f", end)
+				}
+			}
+		})
+	}
+}

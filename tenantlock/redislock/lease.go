@@ -217,6 +217,25 @@ func (l *Lease) Context(parent context.Context) (context.Context, context.Cancel
 	}
 }
 
+// OnLost calls f with the loss (Err's value) the moment the lease is lost,
+// in the same step as Context's cancellations (at once if it is lost
+// already), unless stop was called first; f runs under the lease's lock and
+// must not call the lease. Release, Forget and a replacing Reacquire are
+// not losses. It is Context for a caller that only needs to be told: no
+// context, no goroutine.
+func (l *Lease) OnLost(f func(cause error)) (stop func()) {
+	h := &lostHook{cancel: f}
+	l.mu.Lock()
+	if p := l.err.Load(); p != nil {
+		l.mu.Unlock()
+		f(*p)
+		return func() {}
+	}
+	l.hooks = append(l.hooks, h)
+	l.mu.Unlock()
+	return func() { l.unhook(h) }
+}
+
 // unhook removes h from the lease's hooks, if it is still there.
 func (l *Lease) unhook(h *lostHook) {
 	l.mu.Lock()
