@@ -60,7 +60,9 @@
 // cancels, with Err as its cause (context.Cause), in the same step that
 // records the loss, before Lost closes. No goroutine of the caller's has to
 // watch Lost. Release, Forget and a replacing Reacquire are not losses and
-// leave it alone; its CancelFunc unregisters it.
+// leave it alone; its CancelFunc unregisters it. Lease.OnLost(f) is the
+// same without a context: f is called with the loss in that same step (the
+// coordinator's run cancels its stage from it).
 //
 // WithSetNXOnExtend is never used: it re-creates a lock that expired, which
 // would resurrect a lease that another instance may have taken and released
