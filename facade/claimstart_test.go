@@ -122,12 +122,10 @@ func TestClaimedStartDuringShutdown(t *testing.T) {
 	t.Parallel()
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		b := setup(t, be)
+		b.stopDefault()
 		ctx := context.Background()
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if err := b.coord.Shutdown(sctx); err != nil {
-			t.Fatal(err)
-		}
 		store := &holdClaimedStart{Redis: b.store, entered: make(chan struct{}), open: make(chan struct{})}
 		cfg := b.cfg
 		cfg.Instance = "coord-x"
@@ -189,8 +187,8 @@ func TestStartsTakeLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, c := range map[string]*facade.Coordinator{
-		"locker on other keys": newCoord(t, b, other),
-		"in-process locker":    newCoord(t, b, local),
+		"locker on other keys": newCoordinator(t, b, b.store, other, "coord-keys", nil),
+		"in-process locker":    newCoordinator(t, b, b.store, local, "coord-keys", nil),
 	} {
 		if c.StartsTakeLock() {
 			t.Errorf("%s: starts take the lock", name)
@@ -198,25 +196,9 @@ func TestStartsTakeLock(t *testing.T) {
 	}
 	// The gated locker of the shutdown test hides its claims.
 	g := &gatedLocks{Locker: b.locks}
-	if newCoord(t, b, g).StartsTakeLock() {
+	if newCoordinator(t, b, b.store, g, "coord-keys", nil).StartsTakeLock() {
 		t.Error("a locker without claims: starts take the lock")
 	}
-}
-
-func newCoord[L facade.Lease](t *testing.T, b *bundle, locks facade.Locker[L]) *facade.Coordinator {
-	t.Helper()
-	cfg := b.cfg
-	cfg.Instance = "coord-keys"
-	c, err := facade.New(b.store, locks, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = c.Shutdown(ctx)
-	})
-	return c
 }
 
 // gatedClaims is a Dual store whose claims answer "full" while closed: its
@@ -238,18 +220,7 @@ func (g *gatedClaims) ClaimTasks(ctx context.Context, planID string, release []p
 func dualCoord(t *testing.T, b *bundle, instance string) (*facade.Coordinator, *gatedClaims) {
 	t.Helper()
 	store := &gatedClaims{Dual: repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), b.store)}
-	cfg := b.cfg
-	cfg.Instance, cfg.SharedPlans = instance, true
-	c, err := facade.New(store, b.locks, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = c.Shutdown(ctx)
-	})
-	return c, store
+	return newCoordinator(t, b, store, b.locks, instance, func(c *facade.Config) { c.SharedPlans = true }), store
 }
 
 // TestStaleCreatedCopyStartsFromRedis: the instance that created a plan
@@ -264,12 +235,8 @@ func TestStaleCreatedCopyStartsFromRedis(t *testing.T) {
 	t.Parallel()
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		b := setup(t, be)
+		b.stopDefault()
 		ctx := context.Background()
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := b.coord.Shutdown(sctx); err != nil {
-			t.Fatal(err)
-		}
 		creator, creatorGate := dualCoord(t, b, "coord-creator")
 		other, otherGate := dualCoord(t, b, "coord-other")
 		b.target.script("t-stale", "one", 500, 200)

@@ -110,18 +110,40 @@ func setup(t *testing.T, be redistest.Backend, opts ...option) *bundle {
 // second returns another coordinator instance on the same Redis and prefix.
 func (b *bundle) second(instance string) *facade.Coordinator {
 	b.t.Helper()
+	return newCoordinator(b.t, b, b.store, b.locks, instance, nil)
+}
+
+// newCoordinator returns a coordinator instance on store and locks with
+// b's configuration (instance as its id, then mod applied), shut down at
+// the test's end.
+func newCoordinator[L facade.Lease](t testing.TB, b *bundle, store facade.Store, locks facade.Locker[L], instance string, mod func(*facade.Config)) *facade.Coordinator {
+	t.Helper()
 	cfg := b.cfg
 	cfg.Instance = instance
-	c, err := facade.New(b.store, b.locks, cfg)
-	if err != nil {
-		b.t.Fatal(err)
+	if mod != nil {
+		mod(&cfg)
 	}
-	b.t.Cleanup(func() {
+	c, err := facade.New(store, locks, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = c.Shutdown(ctx)
 	})
 	return c
+}
+
+// stopDefault shuts b's own coordinator down, for a test that runs its
+// own instances on b's store.
+func (b *bundle) stopDefault() {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.coord.Shutdown(ctx); err != nil {
+		b.t.Fatal(err)
+	}
 }
 
 // withHook is be with hook added to every client it makes, before the
