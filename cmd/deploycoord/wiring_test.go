@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -308,15 +309,28 @@ func TestWiringMetricsAndLongPoll(t *testing.T) {
 		wiredJSON(t, m, "GET", "/v1/plans/"+p.PlanID, "", 200, &p)
 		return p.Status == "COMPLETED"
 	})
-	st, body := wiredCall(t, m, "GET", "/metrics", "")
-	if st != 200 {
-		t.Fatalf("GET /metrics = %d %s", st, body)
+	// The plan is COMPLETED in Redis as soon as the final write's script
+	// ran; the runner counts the task finished once it has the answer: read
+	// the metrics until they show it (the other checks follow from it).
+	var mfs map[string]*dto.MetricFamily
+	finished := func() bool {
+		st, body := wiredCall(t, m, "GET", "/metrics", "")
+		if st != 200 {
+			t.Fatalf("GET /metrics = %d %s", st, body)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		var err error
+		if mfs, err = parser.TextToMetricFamilies(bytes.NewReader(body)); err != nil {
+			t.Fatal(err)
+		}
+		for _, mm := range mfs["deploycoord_tasks_finished_total"].GetMetric() {
+			if mm.GetCounter().GetValue() > 0 {
+				return true
+			}
+		}
+		return false
 	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	wiredAwait(t, "task counted finished", finished)
 	sum := func(name string, match func(labels map[string]string) bool) float64 {
 		total := 0.0
 		for _, mm := range mfs[name].GetMetric() {
