@@ -336,6 +336,11 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 	if err := checkWrite(w); err != nil {
 		return task.WriteResult{}, err
 	}
+	if w.TakeLock > 0 && d.cfg.SingleInstance {
+		// Its locks are in process (and its writes may be queued): a start
+		// that takes a Redis lock has no place here.
+		return task.WriteResult{}, fmt.Errorf("%w: write task %s: single-instance mode does not take tenant locks in Redis (task.Write.TakeLock)", task.ErrInvalid, w.Task.ID)
+	}
 	// The write's id goes with it everywhere (queue, Redis, replays): a
 	// write that reached Redis is not applied twice.
 	w.ID = writeIDOf(w)
@@ -350,13 +355,7 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 		}
 		return &queuedOp{kind: opWriteTask, write: cw, holdTask: w.Task.ID}, nil
 	}
-	// A start that takes the tenant lock (TakeLock) is Redis' to answer:
-	// never queued, never applied to memory alone.
-	if w.TakeLock > 0 {
-		if d.Pending() > 0 {
-			return task.WriteResult{}, &UnavailableError{Op: "write task " + w.Task.ID, msg: "writes to redis are queued: a start that takes the lock waits for them"}
-		}
-	} else if ok, err := d.behind("write task "+w.Task.ID, apply); ok {
+	if ok, err := d.behind("write task "+w.Task.ID, apply); ok {
 		return memRes, err
 	}
 	// Encoded once, for Redis and for the mirror.
@@ -373,7 +372,7 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 	}
 	var re *task.RefusedError
 	switch {
-	case IsUnavailable(err) && d.cfg.SingleInstance && w.TakeLock == 0:
+	case IsUnavailable(err) && d.cfg.SingleInstance:
 		if err := d.enqueue(err, apply); err != nil {
 			return task.WriteResult{}, err
 		}

@@ -199,6 +199,13 @@ func TestStartTakingLockBadInput(t *testing.T) {
 		}
 		if e.redis == nil {
 			bad["the memory store"] = good
+		} else {
+			// A Dual in single-instance mode (in-process locks) refuses the
+			// write itself.
+			single := NewDual(NewMemory(MemoryConfig{Clock: e.clock.Now, DropFinished: true}), e.redis, DualConfig{SingleInstance: true})
+			if _, err := single.WriteTask(ctx, good()); !errors.Is(err, task.ErrInvalid) {
+				t.Errorf("single-instance Dual: err = %v, want task.ErrInvalid", err)
+			}
 		}
 		for name, mk := range bad {
 			_, err := e.store.WriteTask(ctx, mk())
