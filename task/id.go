@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -91,13 +93,26 @@ func NewID(now time.Time) string { return "task-" + ULID(now) }
 
 // ULID returns a Universally Unique Lexicographically Sortable Identifier for
 // time now: 48 bits of Unix milliseconds and 80 random bits, in Crockford's
-// base 32. Ids made later sort after ids made earlier (to the millisecond).
+// base 32. Ids made later sort after ids made earlier: to the millisecond
+// across processes and strictly within one — an id made in the same
+// millisecond as the one before it here takes that one's 80 bits plus one
+// (the monotonic ULID), so a tenant's newest task is the greatest id among
+// those of one millisecond (see repository: the tenant index).
 func ULID(now time.Time) string {
 	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
-	if _, err := rand.Read(b[6:]); err != nil {
-		panic("task: crypto/rand failed: " + err.Error())
+	ms := uint64(now.UnixMilli())
+	ulidMu.Lock()
+	if ms == ulidLastMs && !ulidNext(&ulidLast) {
+		b = ulidLast
+	} else {
+		binary.BigEndian.PutUint64(b[:8], ms<<16)
+		if _, err := rand.Read(b[6:]); err != nil {
+			ulidMu.Unlock()
+			panic("task: crypto/rand failed: " + err.Error())
+		}
+		ulidLast, ulidLastMs = b, ms
 	}
+	ulidMu.Unlock()
 	const alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 	var out [26]byte
 	// 128 bits as 26 base-32 digits: the first digit holds the top 3 bits.
@@ -109,6 +124,40 @@ func ULID(now time.Time) string {
 		hi >>= 5
 	}
 	return string(out[:])
+}
+
+// The last ULID made here and its millisecond, for the monotonic ids of one
+// millisecond.
+var (
+	ulidMu     sync.Mutex
+	ulidLast   [16]byte
+	ulidLastMs uint64 = 1 << 63
+)
+
+// ulidNext adds one to the 80 random bits of b; it reports the overflow
+// (b's bits were all ones), which leaves b as it was.
+func ulidNext(b *[16]byte) (overflow bool) {
+	for i := 15; i >= 6; i-- {
+		if b[i]++; b[i] != 0 {
+			return false
+		}
+	}
+	for i := 6; i < 16; i++ {
+		b[i] = 0xff
+	}
+	return true
+}
+
+// ULIDMillis returns the Unix milliseconds a ULID (26 Crockford base-32
+// digits, as ULID makes) was made at: its first 10 digits, the top 48 bits.
+// It reads any 26 digits a valid id holds; the caller checks the id.
+func ULIDMillis(ulid string) int64 {
+	const alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+	var ms int64
+	for i := 0; i < 10 && i < len(ulid); i++ {
+		ms = ms<<5 | int64(strings.IndexByte(alphabet, ulid[i])&31)
+	}
+	return ms & (1<<48 - 1)
 }
 
 // Quote renders a value taken from input for an error message: quoted, with

@@ -48,6 +48,19 @@ func TestULID(t *testing.T) {
 			if got := ulidMillis(t, id); got != at.UnixMilli() {
 				t.Errorf("ULID(%v) encodes %d ms, want %d", at, got, at.UnixMilli())
 			}
+			if got := task.ULIDMillis(id); got != at.UnixMilli() {
+				t.Errorf("ULIDMillis(%q) = %d, want %d", id, got, at.UnixMilli())
+			}
+		}
+	})
+	t.Run("OK/MillisOfAnyDigits", func(t *testing.T) {
+		t.Parallel()
+		// A valid id may start with a digit above 7 (more than 3 bits) and
+		// short or foreign input must not panic: the result stays 48 bits.
+		for _, s := range []string{"ZZZZZZZZZZZZZZZZZZZZZZZZZZ", "", "0", "{}:*?\x00", "8000000000"} {
+			if got := task.ULIDMillis(s); got < 0 || got >= 1<<48 {
+				t.Errorf("ULIDMillis(%q) = %d, not 48 bits", s, got)
+			}
 		}
 	})
 	t.Run("OK/SortsByTime", func(t *testing.T) {
@@ -66,6 +79,23 @@ func TestULID(t *testing.T) {
 			if ids[i] == ids[i-1] {
 				t.Fatalf("duplicate id %s", ids[i])
 			}
+		}
+	})
+	t.Run("OK/MonotonicWithinOneMillisecond", func(t *testing.T) {
+		t.Parallel()
+		// Made in turn in one millisecond (other tests make ids of t0 at
+		// the same time: each still comes after the one before it here).
+		at := t0.Add(time.Hour)
+		prev := task.ULID(at)
+		for i := 0; i < 5000; i++ {
+			id := task.ULID(at)
+			if id <= prev {
+				t.Fatalf("id %s made after %s in the same millisecond sorts before it", id, prev)
+			}
+			if task.ULIDMillis(id) != at.UnixMilli() {
+				t.Fatalf("id %s: time part moved", id)
+			}
+			prev = id
 		}
 	})
 	t.Run("OK/UniqueWithinOneMillisecond", func(t *testing.T) {
