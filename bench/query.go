@@ -115,7 +115,8 @@ func serve(h http.Handler) (string, func(), error) {
 }
 
 // bareHandler answers GET /v1/tenants/{tenantId}/task with only the Redis
-// reads of the real endpoint — GET of the tenant index, then HGETALL of the
+// reads of the real endpoint — the tenant index (the newest entry of its
+// history, ZREVRANGE 0 0), then HGETALL of the
 // task record and GET of its checkpoint in one pipeline — and writes them as
 // JSON: the floor under the real endpoint's cost. Keys are spelled out as in
 // repository/keys.go; nothing is validated, decoded or logged.
@@ -124,15 +125,16 @@ func bareHandler(c *redis.Client, prefix string) http.Handler {
 	mux.HandleFunc("GET /v1/tenants/{tenantId}/task", func(w http.ResponseWriter, r *http.Request) {
 		tenant := r.PathValue("tenantId")
 		ctx := r.Context()
-		id, err := c.Get(ctx, prefix+"index:tenant:{"+tenant+"}").Result()
-		if errors.Is(err, redis.Nil) {
-			http.Error(w, "not found", http.StatusNotFound)
-			return
-		}
+		ids, err := c.ZRevRange(ctx, prefix+"index:tenant:{"+tenant+"}:history", 0, 0).Result()
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
+		if len(ids) == 0 {
+			http.Error(w, "not found", http.StatusNotFound)
+			return
+		}
+		id := ids[0]
 		p := c.Pipeline()
 		rec := p.HGetAll(ctx, prefix+"task:{"+tenant+"}:"+id)
 		ck := p.Get(ctx, prefix+"ckpt:{"+tenant+"}:"+id)

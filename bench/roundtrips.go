@@ -329,7 +329,7 @@ func classify(cmds []redis.Cmder) string {
 			seen["plan hash"] = true
 		case name == "hmget" && strings.HasSuffix(key, ":counts"):
 			seen["counts"] = true
-		case name == "get" && strings.Contains(key, "index:tenant:{"):
+		case name == "zrevrange" && strings.HasSuffix(key, ":history"):
 			seen[rtTenantIndex] = true
 		case name == "hgetall" && strings.Contains(key, "task:{"):
 			seen[rtTaskRecord] = true

@@ -35,7 +35,7 @@ func TestClassify(t *testing.T) {
 		{"LockExtend", []redis.Cmder{cmd("evalsha", "sha", 1, p+"lock:tenant:{t}", "v", 60000)}, rtLockExtend},
 		{"Heartbeat", []redis.Cmder{cmd("evalsha", "sha", 2, task, p+"lock:tenant:{t}", "v", 7, "now")}, rtHeartbeat},
 		{"PlanStatus", []redis.Cmder{cmd("hgetall", p+"plan:{plan-01J}"), cmd("hmget", p+"plan:{plan-01J}:counts", "PENDING")}, rtPlanStatus},
-		{"TenantIndex", []redis.Cmder{cmd("get", p+"index:tenant:{t}")}, rtTenantIndex},
+		{"TenantIndex", []redis.Cmder{cmd("zrevrange", p+"index:tenant:{t}:history", 0, 0)}, rtTenantIndex},
 		{"TaskRecord", []redis.Cmder{cmd("hgetall", task), cmd("get", p+"ckpt:{t}:task-01J")}, rtTaskRecord},
 		{"PlanCreationBatch", []redis.Cmder{
 			cmd("evalsha", "sha", 2, p+"plan:{plan-01J}:tasks", p+"plan:{plan-01J}:counts", 0, 604800000, "task-01J", "PENDING|0|0||"),
@@ -67,7 +67,7 @@ func TestCountTaggedCountsOnlyTaggedRoundTrips(t *testing.T) {
 	t.Parallel()
 	c := newRTTCounter()
 	ctx := context.Background()
-	get := redis.NewCmd(ctx, "get", "bench:index:tenant:{t}")
+	get := redis.NewCmd(ctx, "zrevrange", "bench:index:tenant:{t}:history", 0, 0)
 	c.count(ctx, []redis.Cmder{get}) // background
 	n, kinds := c.CountTagged(ctx, func(ctx context.Context) {
 		c.count(ctx, []redis.Cmder{get})

@@ -24,15 +24,15 @@ type loseAnswer struct {
 }
 
 // loseFinalAnswer loses the answer of the first task write (write_task.lua,
-// six keys) to COMPLETED.
+// five keys) to COMPLETED.
 func loseFinalAnswer() *loseAnswer {
 	return &loseAnswer{match: func(c redis.Cmder) bool {
-		return taskWrite(c, "6") && writesStatus(c, task.StatusCompleted)
+		return taskWrite(c, "5") && writesStatus(c, task.StatusCompleted)
 	}}
 }
 
-// taskWrite reports whether c is a task write with keys keys ("6":
-// write_task.lua after the lock; "7": a start that takes the lock).
+// taskWrite reports whether c is a task write with keys keys ("5":
+// write_task.lua after the lock; "6": a start that takes the lock).
 func taskWrite(c redis.Cmder, keys string) bool {
 	args := c.Args()
 	return (c.Name() == "evalsha" || c.Name() == "eval") && len(args) >= 3 && fmt.Sprint(args[2]) == keys
@@ -164,7 +164,7 @@ func (h *failFirstStart) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 }
 
 func (h *failFirstStart) hit(c redis.Cmder) bool {
-	if !(taskWrite(c, "6") || taskWrite(c, "7")) || !writesStatus(c, task.StatusRunning) || h.hits.Add(1) != 1 {
+	if !(taskWrite(c, "5") || taskWrite(c, "6")) || !writesStatus(c, task.StatusRunning) || h.hits.Add(1) != 1 {
 		return false
 	}
 	c.SetErr(replyError("ERR injected start write failure"))

@@ -90,7 +90,8 @@ func checkTenants(tenantIDs []string) ([]string, error) {
 // TasksByTenant returns the current task of each tenant (up to
 // TenantBatchMax) and the checkpoints of those that have one. Tenants
 // without a task are absent from the maps. Two round trips whatever the
-// number of tenants: the index entries in one pipeline, then the records
+// number of tenants: the index entries (each history's newest) in one
+// pipeline, then the records
 // and checkpoints in another — one when the store remembers, for every
 // tenant, the task its index named at its last query (Config.TenantHints):
 // those records go in the first pipeline, and only the tenants whose index
@@ -114,10 +115,11 @@ func (r *Redis) TasksByTenant(ctx context.Context, tenantIDs []string) (map[stri
 		c      *redis.StringCmd
 	}
 	pp := r.c.Pipeline()
-	gets := make([]*redis.StringCmd, len(ids))
+	gets := make([]*redis.StringSliceCmd, len(ids))
 	hinted := make([]*found, len(ids))
 	for i, id := range ids {
-		gets[i] = pp.Get(ctx, r.keys.index(id))
+		gets[i] = newestCmd(ctx, r.keys.history(id))
+		_ = pp.Process(ctx, gets[i])
 		if hint := r.hints.get(id); hint != "" {
 			k, _ := r.keys.taskKeys(id, hint)
 			hinted[i] = &found{tenant: id, k: k, h: pp.HGetAll(ctx, k.task), c: pp.Get(ctx, k.ckpt)}
@@ -129,20 +131,21 @@ func (r *Redis) TasksByTenant(ctx context.Context, tenantIDs []string) (map[stri
 	fs := make([]*found, 0, len(ids))
 	var again []*found
 	for i, g := range gets {
-		switch err := g.Err(); {
+		newest, err := newestOf(g)
+		switch {
 		case errors.Is(err, redis.Nil):
 			r.hints.forget(ids[i])
 			continue
 		case err != nil:
 			return nil, nil, wrapErr(ctx, op, err)
 		}
-		if f := hinted[i]; f != nil && f.k.id == g.Val() {
+		if f := hinted[i]; f != nil && f.k.id == newest {
 			fs = append(fs, f)
 			continue
 		}
-		k, err := r.keys.taskKeys(ids[i], g.Val())
+		k, err := r.keys.taskKeys(ids[i], newest)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: %s holds %s, not a task id", ErrCorrupt, r.keys.index(ids[i]), task.Quote(g.Val()))
+			return nil, nil, fmt.Errorf("%w: %s holds %s, not a task id", ErrCorrupt, r.keys.history(ids[i]), task.Quote(newest))
 		}
 		r.hints.put(ids[i], k.id)
 		f := &found{tenant: ids[i], k: k}

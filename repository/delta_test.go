@@ -44,10 +44,15 @@ func (h *writeArgs) note(cmd redis.Cmder) {
 	if sha, _ := derefArg(args[1]).(string); sha != writeTaskScript.sha && !strings.Contains(sha, "write_task.lua") {
 		return
 	}
-	n := int(replyInt(derefArg(args[19])))
+	// evalsha sha numkeys KEYS... ARGV...: ARGV[11] is the field count.
+	at := 3 + int(replyInt(derefArg(args[2]))) + 10
+	if at >= len(args) {
+		return
+	}
+	n := int(replyInt(derefArg(args[at])))
 	var fields []string
-	for i := 0; i < n && 20+2*i < len(args); i++ {
-		f, _ := derefArg(args[20+2*i]).(string)
+	for i := 0; i < n && at+1+2*i < len(args); i++ {
+		f, _ := derefArg(args[at+1+2*i]).(string)
 		fields = append(fields, f)
 	}
 	h.mu.Lock()
@@ -57,6 +62,8 @@ func (h *writeArgs) note(cmd redis.Cmder) {
 
 func derefArg(v any) any {
 	switch p := v.(type) {
+	case int:
+		return int64(p)
 	case *int64:
 		return *p
 	case *string:

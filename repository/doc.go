@@ -26,9 +26,13 @@
 //	{p}task:{tenantId}:<taskId>            HASH    task record (and ttlAt)                 Config.TTL
 //	{p}task:{tenantId}:<taskId>:timeline   LIST    JSON task.Event, newest TimelineMax     Config.TTL
 //	{p}ckpt:{tenantId}:<taskId>            STRING  checkpoint JSON                         Config.TTL
-//	{p}taskref:{taskId}                    STRING  tenant id of the task                   Config.TTL
-//	{p}index:tenant:{tenantId}             STRING  newest task id of the tenant            Config.TTL
-//	{p}index:tenant:{tenantId}:history     ZSET    the tenant's task ids by creation ms    Config.TTL
+//	{p}taskrefs:{<hour>.<shard>}           HASH    task id -> tenant id, for the tasks     Config.TTL
+//	                                               whose id was made in that hour (Unix    (after the
+//	                                               ms / 3 600 000), one of 16 shards by    last task
+//	                                               the id's last digit                     added)
+//	{p}index:tenant:{tenantId}:history     ZSET    the tenant's task ids by creation ms;   Config.TTL
+//	                                               the newest (among ties the greatest
+//	                                               id) is the tenant's current task
 //	{p}lock:tenant:{tenantId}              STRING  lock value (package tenantlock)         lease
 //	{p}fence:tenant:{tenantId}             STRING  fencing counter (package tenantlock)    none
 //	{p}events                              STREAM  event feed, an entry per batch of      trimmed to
@@ -45,12 +49,12 @@
 // record holds ttlAt, when its keys last got the TTL (the writer's clock,
 // Unix ms; set at creation), which write_task.lua reads with the record's
 // other fields and, past the margin, refreshes the record, timeline,
-// checkpoint, index and history together (they were set together) and
+// checkpoint and history together (they were set together) and
 // ttlAt — as far as the instances' clocks agree (one whose clock is behind
 // by d refreshes d later);
 // a counts move does the same for the plan's three keys with the counts
-// hash's PTTL; the taskref is refreshed with the counts moves of a task
-// created longer ago than the margin. A checkpoint is always SET with the
+// hash's PTTL; the taskref bucket is refreshed with the counts moves of a
+// task created longer ago than the margin. A checkpoint is always SET with the
 // TTL and a timeline a write creates gets it. So a key expires between
 // TTL - 30 s and TTL after the last write that touched it — no command of
 // its own on most writes instead of five PEXPIREs (a running task's keys have
@@ -187,13 +191,15 @@
 //	CreatePlan                           1 + ceil(tasks/Config.Batch)  (1 000 tasks at 500: 3)
 //	UpdatePlan, RequestTask, Beat        1
 //	Plan                                 1   HGETALL plan + HMGET counts, whatever the plan's size
-//	TaskByTenant                         1-2 GET index + HGETALL record + GET checkpoint of the task the
-//	                                          index named at the tenant's last query (Config.TenantHints) —
-//	                                          or, for a task kept with its version (not RUNNING), GET index
-//	                                          + HMGET of 6 version fields, the kept record answering when
-//	                                          they match (readcache.go) — then, if the index moved on (or
-//	                                          no hint, or the version changed), those of its task
-//	Task                                 2   GET taskref, then HGETALL record + GET checkpoint
+//	TaskByTenant                         1-2 ZREVRANGE history 0 0 (the index) + HGETALL record + GET
+//	                                          checkpoint of the task the index named at the tenant's last
+//	                                          query (Config.TenantHints) — or, for a task kept with its
+//	                                          version (not RUNNING), the index + HMGET of 6 version
+//	                                          fields, the kept record answering when they match
+//	                                          (readcache.go) — then, if the index moved on (or no
+//	                                          hint, or the version changed), those of its task
+//	Task                                 2   HGET taskref bucket (+ GET of an older version's taskref
+//	                                          STRING), then HGETALL record + GET checkpoint
 //	TenantHistory                        2   ZREVRANGE, then pipelined HGETALLs
 //	Timeline                             1   EXISTS + LRANGE
 //	PlanTasks (a page)                   2   list_plan_tasks.lua (ids and tenants from the ledger,
@@ -209,7 +215,7 @@
 //	RepairCounts                         4 + ceil(tasks/Batch)  (list + ledger, record batches, script,
 //	                                          reindex_plan.lua + ZADD GT of the plans-by-status indexes;
 //	                                          +1 a batch for tasks whose ledger lost the tenant)
-//	TasksByTenant (≤ 1 000 tenants)      1-2 pipelined GET index (+ HGETALL + GET of the hinted tasks),
+//	TasksByTenant (≤ 1 000 tenants)      1-2 pipelined index reads (+ HGETALL + GET of the hinted tasks),
 //	                                          then pipelined HGETALL + GET checkpoint of the others
 //	RunningByOwner                       1   HMGET RUNNING@<owner>…, O(owners)
 //	RegisterInstance, DeregisterInstance 1   pipeline (HSET + PEXPIRE + ZADD + prune; DEL + ZADD XX)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/deploycoord/deploycoord/plan"
@@ -80,9 +82,30 @@ func (k Keys) appendCheckpoint(b []byte, tenantID, taskID string) []byte {
 	return append(append(append(append(append(b, k.prefix...), "ckpt:{"...), tenantID...), "}:"...), taskID...)
 }
 
+// appendTaskRef appends the taskref bucket of a task id (made by
+// task.NewID): {p}taskrefs:{<hour>.<shard>}, the hour (Unix ms / 3 600 000)
+// its ULID was made in and one of 16 shards by its last digit (random), so
+// that a bucket stays small enough to expire at once without a stall and
+// a big plan's buckets spread over a cluster's masters.
 func (k Keys) appendTaskRef(b []byte, taskID string) []byte {
+	ulid := taskID[len(taskIDPrefix):]
+	b = append(append(b, k.prefix...), "taskrefs:{"...)
+	b = strconv.AppendInt(b, task.ULIDMillis(ulid)/3_600_000, 10)
+	const hex = "0123456789abcdef"
+	last := strings.IndexByte(crockford, ulid[len(ulid)-1]) & 15
+	return append(b, '.', hex[last], '}')
+}
+
+// appendTaskRefString appends the taskref STRING {p}taskref:{taskId} that
+// versions before the buckets wrote (read as a fallback until they expire).
+func (k Keys) appendTaskRefString(b []byte, taskID string) []byte {
 	return append(append(append(append(b, k.prefix...), "taskref:{"...), taskID...), '}')
 }
+
+const (
+	taskIDPrefix = "task-"
+	crockford    = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+)
 
 func (k Keys) appendTenant(b []byte, kind, tenantID string) []byte {
 	return append(append(append(append(append(b, k.prefix...), kind...), ":tenant:{"...), tenantID...), '}')
@@ -95,9 +118,11 @@ const (
 	suffixHistory  = ":history"
 )
 
-// plan and index are the unchecked single keys, for ids read from Redis.
-func (k Keys) plan(planID string) string    { return string(k.appendPlan(nil, planID)) }
-func (k Keys) index(tenantID string) string { return string(k.appendTenant(nil, "index", tenantID)) }
+// plan and history are the unchecked single keys, for ids read from Redis.
+func (k Keys) plan(planID string) string { return string(k.appendPlan(nil, planID)) }
+func (k Keys) history(tenantID string) string {
+	return string(append(k.appendTenant(nil, "index", tenantID), suffixHistory...))
+}
 
 // Plan returns {p}plan:{planId}, the plan record (HASH).
 func (k Keys) Plan(planID string) (string, error) {
@@ -148,8 +173,9 @@ func (k Keys) Checkpoint(tenantID, taskID string) (string, error) {
 	return string(k.appendCheckpoint(nil, tenantID, taskID)), nil
 }
 
-// TaskRef returns {p}taskref:{taskId}, the tenant id of a task (STRING), to
-// find a task by id alone.
+// TaskRef returns {p}taskrefs:{<hour>.<shard>}, the bucket (HASH, task id ->
+// tenant id) that holds a task's tenant, to find a task by id alone: the
+// hour the task id was made in and one of 16 shards by its last digit.
 func (k Keys) TaskRef(taskID string) (string, error) {
 	if err := checkTaskID(taskID); err != nil {
 		return "", err
@@ -157,22 +183,25 @@ func (k Keys) TaskRef(taskID string) (string, error) {
 	return string(k.appendTaskRef(nil, taskID)), nil
 }
 
-// Index returns {p}index:tenant:{tenantId}, the id of the newest task created
-// for the tenant (STRING).
-func (k Keys) Index(tenantID string) (string, error) {
-	if err := task.CheckTenantID(tenantID); err != nil {
+// TaskRefString returns {p}taskref:{taskId}, where versions before the
+// buckets kept a task's tenant (STRING); read when the bucket has no entry,
+// until those keys expire.
+func (k Keys) TaskRefString(taskID string) (string, error) {
+	if err := checkTaskID(taskID); err != nil {
 		return "", err
 	}
-	return k.index(tenantID), nil
+	return string(k.appendTaskRefString(nil, taskID)), nil
 }
 
 // History returns {p}index:tenant:{tenantId}:history, the tenant's task ids
-// scored by creation time in Unix milliseconds (ZSET).
+// scored by creation time in Unix milliseconds (ZSET). It is the tenant's
+// index too: its newest entry (highest score; among ties the greatest id,
+// the one made last) is the tenant's current task.
 func (k Keys) History(tenantID string) (string, error) {
 	if err := task.CheckTenantID(tenantID); err != nil {
 		return "", err
 	}
-	return string(append(k.appendTenant(nil, "index", tenantID), suffixHistory...)), nil
+	return k.history(tenantID), nil
 }
 
 // Lock returns {p}lock:tenant:{tenantId}, the tenant lock (STRING, written by
@@ -258,11 +287,12 @@ func (k Keys) planKeys(planID string) (planKeys, error) {
 	return planKeys{plan: s[:n], tasks: s[:tasksEnd], counts: s[tasksEnd:]}, nil
 }
 
-// taskKeys are the keys of one task in its tenant's slot, and its taskref.
+// taskKeys are the keys of one task in its tenant's slot, and its taskref
+// bucket.
 type taskKeys struct {
-	id                                                string
-	task, timeline, ckpt, lock, fence, index, history string
-	ref                                               string
+	id                                         string
+	task, timeline, ckpt, lock, fence, history string
+	ref                                        string
 }
 
 func (k Keys) taskKeys(tenantID, taskID string) (taskKeys, error) {
@@ -270,13 +300,13 @@ func (k Keys) taskKeys(tenantID, taskID string) (taskKeys, error) {
 		return taskKeys{}, err
 	}
 	// One allocation holds every key; each is a slice of it:
-	// <task>:timeline <ckpt> <lock> <fence> <index>:history <ref>.
+	// <task>:timeline <ckpt> <lock> <fence> <history> <ref>.
 	p := k.prefix
-	b := make([]byte, 0, 6*len(p)+5*len(tenantID)+3*len(taskID)+
+	b := make([]byte, 0, 6*len(p)+5*len(tenantID)+2*len(taskID)+
 		len("task:{}:"+suffixTimeline)+len("ckpt:{}:")+len("lock:tenant:{}")+len("fence:tenant:{}")+
-		len("index:tenant:{}"+suffixHistory)+len("taskref:{}"))
+		len("index:tenant:{}"+suffixHistory)+len("taskrefs:{00000000.0}"))
 	var tk taskKeys
-	var cuts [7]int
+	var cuts [6]int
 	b = k.appendTask(b, tenantID, taskID)
 	cuts[0] = len(b)
 	b = append(b, suffixTimeline...)
@@ -287,10 +317,8 @@ func (k Keys) taskKeys(tenantID, taskID string) (taskKeys, error) {
 	cuts[3] = len(b)
 	b = k.appendTenant(b, "fence", tenantID)
 	cuts[4] = len(b)
-	b = k.appendTenant(b, "index", tenantID)
+	b = append(k.appendTenant(b, "index", tenantID), suffixHistory...)
 	cuts[5] = len(b)
-	b = append(b, suffixHistory...)
-	cuts[6] = len(b)
 	b = k.appendTaskRef(b, taskID)
 	s := unsafe.String(unsafe.SliceData(b), len(b))
 	tk.id = taskID
@@ -298,7 +326,7 @@ func (k Keys) taskKeys(tenantID, taskID string) (taskKeys, error) {
 	tk.ckpt = s[cuts[1]:cuts[2]]
 	tk.lock = s[cuts[2]:cuts[3]]
 	tk.fence = s[cuts[3]:cuts[4]]
-	tk.index, tk.history = s[cuts[4]:cuts[5]], s[cuts[4]:cuts[6]]
-	tk.ref = s[cuts[6]:]
+	tk.history = s[cuts[4]:cuts[5]]
+	tk.ref = s[cuts[5]:]
 	return tk, nil
 }

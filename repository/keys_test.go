@@ -26,8 +26,7 @@ func TestKeysLayout(t *testing.T) {
 			"task":       "executor:task:{t-001}:" + taskID,
 			"timeline":   "executor:task:{t-001}:" + taskID + ":timeline",
 			"ckpt":       "executor:ckpt:{t-001}:" + taskID,
-			"taskref":    "executor:taskref:{" + taskID + "}",
-			"index":      "executor:index:tenant:{t-001}",
+			"taskref":    "executor:taskrefs:{481095.1}", // the hour of 01JD000000 (Unix ms 1731945562112), the shard of its last digit 1
 			"history":    "executor:index:tenant:{t-001}:history",
 			"lock":       "executor:lock:tenant:{t-001}",
 			"fence":      "executor:fence:tenant:{t-001}",
@@ -42,7 +41,7 @@ func TestKeysLayout(t *testing.T) {
 			"lock":  "prod:executor:lock:tenant:{t-001}",
 			"plans": "prod:executor:plans",
 		}},
-		{"", map[string]string{"index": "index:tenant:{t-001}", "events": "events"}},
+		{"", map[string]string{"history": "index:tenant:{t-001}:history", "events": "events"}},
 	}
 	for _, tt := range tests {
 		k, err := NewKeys(tt.prefix)
@@ -64,7 +63,6 @@ func TestKeysLayout(t *testing.T) {
 			"timeline":   must(k.Timeline(tenant, taskID)),
 			"ckpt":       must(k.Checkpoint(tenant, taskID)),
 			"taskref":    must(k.TaskRef(taskID)),
-			"index":      must(k.Index(tenant)),
 			"history":    must(k.History(tenant)),
 			"lock":       must(k.Lock(tenant)),
 			"fence":      must(k.Fence(tenant)),
@@ -85,7 +83,7 @@ func TestKeysLayout(t *testing.T) {
 		}
 		grouped := map[string]string{
 			"plan": pk.plan, "planTasks": pk.tasks, "planCounts": pk.counts,
-			"task": tk.task, "timeline": tk.timeline, "ckpt": tk.ckpt, "lock": tk.lock, "fence": tk.fence, "index": tk.index,
+			"task": tk.task, "timeline": tk.timeline, "ckpt": tk.ckpt, "lock": tk.lock, "fence": tk.fence,
 			"history": tk.history, "taskref": tk.ref,
 		}
 		for name, g := range grouped {
@@ -93,8 +91,8 @@ func TestKeysLayout(t *testing.T) {
 				t.Errorf("prefix %q: grouped %s key = %q, single %q", tt.prefix, name, g, got[name])
 			}
 		}
-		if k.plan(planID) != got["plan"] || k.index(tenant) != got["index"] {
-			t.Errorf("prefix %q: unchecked plan/index keys %q %q", tt.prefix, k.plan(planID), k.index(tenant))
+		if k.plan(planID) != got["plan"] || k.history(tenant) != got["history"] {
+			t.Errorf("prefix %q: unchecked plan/history keys %q %q", tt.prefix, k.plan(planID), k.history(tenant))
 		}
 		for name, want := range tt.want {
 			if got[name] != want {
@@ -115,20 +113,20 @@ func TestKeysRefuseHostileIDs(t *testing.T) {
 	const planID, taskID = "plan-01JD0000000000000000000000", "task-01JD0000000000000000000001"
 	for _, id := range hostile {
 		for name, f := range map[string]func() (string, error){
-			"Task tenant":  func() (string, error) { return k.Task(id, taskID) },
-			"Task id":      func() (string, error) { return k.Task("t-001", id) },
-			"Timeline":     func() (string, error) { return k.Timeline(id, taskID) },
-			"Checkpoint":   func() (string, error) { return k.Checkpoint("t-001", id) },
-			"TaskRef":      func() (string, error) { return k.TaskRef(id) },
-			"Index":        func() (string, error) { return k.Index(id) },
-			"History":      func() (string, error) { return k.History(id) },
-			"Lock":         func() (string, error) { return k.Lock(id) },
-			"Fence":        func() (string, error) { return k.Fence(id) },
-			"Plan":         func() (string, error) { return k.Plan(id) },
-			"PlanTasks":    func() (string, error) { return k.PlanTasks(id) },
-			"PlanCounts":   func() (string, error) { return k.PlanCounts(id) },
-			"Plan task id": func() (string, error) { return k.Plan(taskID) },
-			"Instance":     func() (string, error) { return k.Instance(id) },
+			"Task tenant":   func() (string, error) { return k.Task(id, taskID) },
+			"Task id":       func() (string, error) { return k.Task("t-001", id) },
+			"Timeline":      func() (string, error) { return k.Timeline(id, taskID) },
+			"Checkpoint":    func() (string, error) { return k.Checkpoint("t-001", id) },
+			"TaskRef":       func() (string, error) { return k.TaskRef(id) },
+			"TaskRefString": func() (string, error) { return k.TaskRefString(id) },
+			"History":       func() (string, error) { return k.History(id) },
+			"Lock":          func() (string, error) { return k.Lock(id) },
+			"Fence":         func() (string, error) { return k.Fence(id) },
+			"Plan":          func() (string, error) { return k.Plan(id) },
+			"PlanTasks":     func() (string, error) { return k.PlanTasks(id) },
+			"PlanCounts":    func() (string, error) { return k.PlanCounts(id) },
+			"Plan task id":  func() (string, error) { return k.Plan(taskID) },
+			"Instance":      func() (string, error) { return k.Instance(id) },
 		} {
 			key, err := f()
 			if err == nil {

@@ -72,8 +72,8 @@ func TestTaskByTenantHints(t *testing.T) {
 			t.Errorf("query after that: %d round trips, want 1", n)
 		}
 
-		// The index is gone: not found, whatever the hint said.
-		k, _ := e.redis.keys.Index(tenantName(0))
+		// The index (history) is gone: not found, whatever the hint said.
+		k, _ := e.redis.keys.History(tenantName(0))
 		e.client.Del(ctx, k)
 		if _, _, err := e.store.TaskByTenant(ctx, tenantName(0)); !errors.Is(err, task.ErrNotFound) {
 			t.Fatalf("query without an index: %v, want not found", err)
@@ -88,7 +88,7 @@ func TestTaskByTenantHints(t *testing.T) {
 			t.Errorf("not found: %d round trips, want 1", n)
 		}
 		// The index points at a task whose record is gone (expired).
-		e.client.Set(ctx, k, fx2.tasks[0].ID, 0)
+		e.client.ZAdd(ctx, k, redis.Z{Score: 1, Member: fx2.tasks[0].ID})
 		if _, _, err := e.store.TaskByTenant(ctx, tenantName(0)); err != nil {
 			t.Fatal(err)
 		}
@@ -460,7 +460,7 @@ func TestWriteRefreshesTTLsWhenLow(t *testing.T) {
 		r := start(t, e, fx.tasks[0], 1)
 		tk, _ := e.redis.keys.taskKeys(r.tk.TenantID, r.tk.ID)
 		pk, _ := e.redis.keys.planKeys(fx.plan.ID)
-		keys := []string{tk.task, tk.timeline, tk.index, tk.history}
+		keys := []string{tk.task, tk.timeline, tk.history}
 		setTTL := func(d time.Duration, keys ...string) {
 			for _, k := range keys {
 				e.client.PExpire(ctx, k, d)

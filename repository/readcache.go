@@ -17,8 +17,9 @@ import (
 // seq and writeId (write_task.lua: every stage transition, checkpoint and
 // takeover), heartbeatAt (beat_task.lua), pauseRequested and
 // cancelRequested (request_task.lua). A later query reads, in one
-// pipeline, the tenant index and those five fields (HMGET) instead of the
-// whole record and the checkpoint; when the index still names the task and
+// pipeline, the tenant's index (its history's newest entry) and those five
+// fields (HMGET) instead of the whole record and the checkpoint; when the
+// index still names the task and
 // the five fields are the ones kept, the kept record is the stored one and
 // is answered (copied). Nothing is answered unchecked: every answer stands
 // on a read of Redis made by the query itself, so it is never staler than
@@ -58,21 +59,22 @@ func (v *taskVersion) matches(vals []any) bool {
 	return true
 }
 
-// TaskByTenant returns the tenant's current task (the newest created for it)
-// and its checkpoint (nil if none). Returns task.ErrNotFound. One round trip
-// when the store remembers the task the index named at the tenant's last
-// query (Config.TenantHints) and the index still names it: GET of the index
-// with, for a task kept with its version, HMGET of the version (the kept
-// record answers when it matches), otherwise HGETALL of the record and GET
-// of the checkpoint. Two round trips otherwise.
+// TaskByTenant returns the tenant's current task (the newest created for it:
+// the newest entry of its history) and its checkpoint (nil if none).
+// Returns task.ErrNotFound. One round trip when the store remembers the task
+// the history named at the tenant's last query (Config.TenantHints) and it
+// still names it: the newest entry of the history with, for a task kept
+// with its version, HMGET of the version (the kept record answers when it
+// matches), otherwise HGETALL of the record and GET of the checkpoint. Two
+// round trips otherwise.
 func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, *checkpoint.Checkpoint, error) {
 	op := "get task of tenant " + tenantID
-	k, err := r.keys.Index(tenantID)
+	k, err := r.keys.History(tenantID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("get task of tenant: %w", err)
 	}
 	hint := r.hints.entry(tenantID)
-	g := redis.NewStringCmd(ctx, "get", k)
+	g := newestCmd(ctx, k)
 	cmds := append(make([]redis.Cmder, 0, 3), g)
 	var tk taskKeys
 	var h *redis.MapStringStringCmd
@@ -96,7 +98,7 @@ func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, 
 	if err := r.readPipe(ctx, cmds...); err != nil {
 		return nil, nil, wrapErr(ctx, op, err)
 	}
-	id, err := g.Result()
+	id, err := newestOf(g)
 	switch {
 	case errors.Is(err, redis.Nil):
 		r.hints.forget(tenantID)
@@ -138,7 +140,7 @@ func (r *Redis) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, 
 	return t, ck, err
 }
 
-// keepTask remembers the task the tenant's index named, read as rec and
+// keepTask remembers the task the tenant's history named, read as rec and
 // decoded as t and ck: with its record and version unless it is RUNNING.
 func (r *Redis) keepTask(tenantID, id string, rec map[string]string, t *task.Task, ck *checkpoint.Checkpoint) {
 	if t.Status == task.StatusRunning {
@@ -155,4 +157,23 @@ func cloneCheckpoint(c *checkpoint.Checkpoint) *checkpoint.Checkpoint {
 	}
 	cp := c.Clone()
 	return &cp
+}
+
+// newestCmd is ZREVRANGE history 0 0: the tenant's current task, the newest
+// entry of its history (highest score, among ties the greatest id).
+func newestCmd(ctx context.Context, history string) *redis.StringSliceCmd {
+	return redis.NewStringSliceCmd(ctx, "zrevrange", history, 0, 0)
+}
+
+// newestOf returns the id newestCmd read, redis.Nil when the history is
+// empty or missing.
+func newestOf(c *redis.StringSliceCmd) (string, error) {
+	ids, err := c.Result()
+	switch {
+	case err != nil:
+		return "", err
+	case len(ids) == 0:
+		return "", redis.Nil
+	}
+	return ids[0], nil
 }

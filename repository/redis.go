@@ -516,19 +516,21 @@ func (r *Redis) readTasks(ctx context.Context, op string, ids, tenants []string)
 	}
 	if len(unknown) > 0 {
 		pp := r.c.Pipeline()
-		refs := make([]*redis.StringCmd, len(unknown))
+		refs := make([]refRead, len(unknown))
 		for j, i := range unknown {
-			k, err := r.keys.TaskRef(ids[i])
+			ref, err := r.keys.refRead(ctx, ids[i])
 			if err != nil {
 				return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, op, err)
 			}
-			refs[j] = pp.Get(ctx, k)
+			refs[j] = ref
+			_ = pp.Process(ctx, ref.bucket)
+			_ = pp.Process(ctx, ref.str)
 		}
 		if err := transportErr(pp.Exec(ctx)); err != nil {
 			return nil, wrapErr(ctx, op, err)
 		}
 		for j, i := range unknown {
-			tenants[i] = refs[j].Val()
+			tenants[i], _, _ = refs[j].tenant()
 		}
 	}
 	pp := r.c.Pipeline()
@@ -637,18 +639,20 @@ func (r *Redis) recount(ctx context.Context, op string, ids, tenants []string, e
 	}
 	if len(unknown) > 0 {
 		pp := r.c.Pipeline()
-		refs := make(map[int]*redis.StringCmd, len(unknown))
+		refs := make(map[int]refRead, len(unknown))
 		for _, i := range unknown {
-			if k, err := r.keys.TaskRef(ids[i]); err == nil {
-				refs[i] = pp.Get(ctx, k)
+			if ref, err := r.keys.refRead(ctx, ids[i]); err == nil {
+				refs[i] = ref
+				_ = pp.Process(ctx, ref.bucket)
+				_ = pp.Process(ctx, ref.str)
 			}
 		}
 		if err := transportErr(pp.Exec(ctx)); err != nil {
 			return wrapErr(ctx, op, err)
 		}
-		for i, c := range refs {
-			if task.ValidTenantID(c.Val()) {
-				tenants[i] = c.Val()
+		for i, ref := range refs {
+			if tenant, _, _ := ref.tenant(); task.ValidTenantID(tenant) {
+				tenants[i] = tenant
 			}
 		}
 	}

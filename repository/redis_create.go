@@ -17,8 +17,8 @@ import (
 
 // CreatePlan stores a new plan and its PENDING tasks: the plan record and
 // counters first (refused with ErrPlanExists when the id is taken), then
-// pipelines of Config.Batch tasks (records, taskrefs, tenant index and
-// history, the plan's task list and ledger), the plans index last. Round
+// pipelines of Config.Batch tasks (records, taskrefs, the tenants'
+// histories, the plan's task list and ledger), the plans index last. Round
 // trips: 1 + ceil(len(tasks)/Batch). Each batch is encoded just before it
 // is sent (every task's params are checked first), so a big plan is never
 // held encoded whole. If a batch fails, what was written is deleted (best
@@ -94,6 +94,9 @@ func (r *Redis) createBatch(ctx context.Context, p *plan.Plan, tasks []*task.Tas
 		pending, _ := r.keys.PlanStatusIndex(p.ID, task.StatusPending)
 		push = pp.eval(ctx, pushPlanTasksScript, []string{pk.tasks, pk.counts, pending}, args...)
 	}
+	// The taskrefs go to their buckets, one HSET each (a batch's tasks
+	// were made together: one bucket or a few, by hour and shard).
+	var refs map[string][]any
 	for _, t := range tasks[start:end] {
 		k, _ := r.keys.taskKeys(t.TenantID, t.ID)
 		rec, err := taskRecord(t)
@@ -103,10 +106,16 @@ func (r *Redis) createBatch(ctx context.Context, p *plan.Plan, tasks []*task.Tas
 		rec = append(rec, fTTLAt, nowMs)
 		pp.p.HSet(ctx, k.task, strArgs(make([]any, 0, len(rec)), rec...)...)
 		pp.p.PExpire(ctx, k.task, r.cfg.TTL)
-		pp.p.Set(ctx, k.ref, t.TenantID, r.cfg.TTL)
-		pp.p.Set(ctx, k.index, t.ID, r.cfg.TTL)
 		pp.p.ZAdd(ctx, k.history, redis.Z{Score: float64(scoreOf(t.CreatedAt, now)), Member: t.ID})
 		pp.p.PExpire(ctx, k.history, r.cfg.TTL)
+		if refs == nil {
+			refs = make(map[string][]any, 16)
+		}
+		refs[k.ref] = append(refs[k.ref], t.ID, t.TenantID)
+	}
+	for ref, fields := range refs {
+		pp.p.HSet(ctx, ref, fields...)
+		pp.p.PExpire(ctx, ref, r.cfg.TTL)
 	}
 	if end == len(tasks) {
 		if len(tasks) > 0 {
@@ -186,12 +195,13 @@ func (r *Redis) rollbackPlan(ctx context.Context, pk planKeys, planID string, ta
 	pp.p.ZRem(ctx, r.keys.Plans(), planID)
 	r.dropSearchIndexes(ctx, pp, planID)
 	for _, k := range tasks {
-		// Two DELs: the record is in the tenant's slot, the taskref in the
-		// task id's, and a Redis Cluster refuses a DEL across slots
-		// (CROSSSLOT) — the whole rollback then left the records behind.
+		// A DEL and an HDEL: the record is in the tenant's slot, the
+		// taskref in its bucket's, and a Redis Cluster refuses a command
+		// across slots (CROSSSLOT) — the whole rollback then left the
+		// records behind.
 		pp.p.Del(ctx, k.task)
-		pp.p.Del(ctx, k.ref)
-		pp.eval(ctx, restoreIndexScript, []string{k.index, k.history}, k.id)
+		pp.p.HDel(ctx, k.ref, k.id)
+		pp.p.ZRem(ctx, k.history, k.id)
 		if n++; n >= r.cfg.Batch {
 			flush()
 		}

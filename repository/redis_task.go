@@ -146,7 +146,7 @@ func (r *Redis) WriteEncoded(ctx context.Context, tw *EncodedWrite) (task.WriteR
 	req := &writeReq{
 		pending: pending{ctx: ctx},
 		script:  writeTaskScript,
-		wKeys:   []string{tk.task, tk.ckpt, tk.timeline, tk.lock, tk.index, tk.history},
+		wKeys:   []string{tk.task, tk.ckpt, tk.timeline, tk.lock, tk.history},
 		wArgs:   tw.scriptArgs(&writeID, false, r.last.base(tw)),
 	}
 	if tw.w.TakeLock > 0 {
@@ -358,19 +358,20 @@ func (r *Redis) Beat(ctx context.Context, tenantID, taskID string, g task.Guard,
 }
 
 // Task returns a task by id and its checkpoint (nil if none): two round
-// trips (shared with concurrent queries, see groupcommit.go). Returns
-// task.ErrNotFound.
+// trips (shared with concurrent queries, see groupcommit.go): the task's
+// tenant from its taskref bucket (with the taskref STRING of versions
+// before the buckets, read in the same pipeline while such keys may be
+// left), then the record. Returns task.ErrNotFound.
 func (r *Redis) Task(ctx context.Context, taskID string) (*task.Task, *checkpoint.Checkpoint, error) {
 	op := "get task " + taskID
-	k, err := r.keys.TaskRef(taskID)
+	ref, err := r.keys.refRead(ctx, taskID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("get task: %w", err)
 	}
-	g := redis.NewStringCmd(ctx, "get", k)
-	if err := r.readPipe(ctx, g); err != nil {
+	if err := r.readPipe(ctx, ref.bucket, ref.str); err != nil {
 		return nil, nil, wrapErr(ctx, op, err)
 	}
-	tenant, err := g.Result()
+	tenant, k, err := ref.tenant()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil, fmt.Errorf("%s: %w", op, task.ErrNotFound)
 	}
@@ -381,6 +382,34 @@ func (r *Redis) Task(ctx context.Context, taskID string) (*task.Task, *checkpoin
 		return nil, nil, fmt.Errorf("%w: %s holds %s, not a tenant id", ErrCorrupt, k, task.Quote(tenant))
 	}
 	return r.loadTask(ctx, op, tenant, taskID)
+}
+
+// refRead reads a task's tenant: HGET of its taskref bucket and GET of the
+// taskref STRING of versions before the buckets, sent together.
+type refRead struct {
+	bucket, str *redis.StringCmd
+}
+
+// refRead returns the commands that read taskID's tenant (not sent).
+func (k Keys) refRead(ctx context.Context, taskID string) (refRead, error) {
+	if err := checkTaskID(taskID); err != nil {
+		return refRead{}, err
+	}
+	return refRead{
+		bucket: redis.NewStringCmd(ctx, "hget", string(k.appendTaskRef(nil, taskID)), taskID),
+		str:    redis.NewStringCmd(ctx, "get", string(k.appendTaskRefString(nil, taskID))),
+	}, nil
+}
+
+// tenant returns the tenant the bucket holds or, if it holds none, the
+// STRING's, with the key it came from; redis.Nil when neither holds one.
+func (rr refRead) tenant() (tenant, key string, err error) {
+	tenant, err = rr.bucket.Result()
+	if !errors.Is(err, redis.Nil) {
+		return tenant, rr.bucket.Args()[1].(string), err
+	}
+	tenant, err = rr.str.Result()
+	return tenant, rr.str.Args()[1].(string), err
 }
 
 // loadTask reads a task record and its checkpoint in one round trip.

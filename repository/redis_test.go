@@ -3,6 +3,7 @@ package repository
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -35,11 +36,21 @@ func TestRedisKeysAndTTLs(t *testing.T) {
 			withTTL := []string{
 				p + "plan:{" + pid + "}", p + "plan:{" + pid + "}:tasks", p + "plan:{" + pid + "}:counts",
 				p + "task:{t-00000}:" + t0id, p + "task:{t-00000}:" + t0id + ":timeline", p + "ckpt:{t-00000}:" + t0id,
-				p + "taskref:{" + t0id + "}", p + "index:tenant:{t-00000}", p + "index:tenant:{t-00000}:history",
-				p + "task:{t-00001}:" + t1id, p + "taskref:{" + t1id + "}", p + "index:tenant:{t-00001}",
-				p + "index:tenant:{t-00001}:history",
+				p + "index:tenant:{t-00000}:history",
+				p + "task:{t-00001}:" + t1id, p + "index:tenant:{t-00001}:history",
 				// The search indexes of the plan: one task PENDING, one RUNNING.
 				p + "plan:{" + pid + "}:status:PENDING", p + "plan:{" + pid + "}:status:RUNNING",
+			}
+			// The taskref buckets: the hour of the id's ULID and the
+			// shard of its last digit (one bucket when the two agree).
+			bucket := func(id string) string {
+				ulid := id[len("task-"):]
+				shard := strings.IndexByte("0123456789ABCDEFGHJKMNPQRSTVWXYZ", ulid[25]) & 15
+				return fmt.Sprintf("%staskrefs:{%d.%x}", p, task.ULIDMillis(ulid)/3_600_000, shard)
+			}
+			withTTL = append(withTTL, bucket(t0id))
+			if bucket(t1id) != bucket(t0id) {
+				withTTL = append(withTTL, bucket(t1id))
 			}
 			lease := p + "lock:tenant:{t-00000}"
 			noTTL := []string{p + "plans", p + "plans:status:PENDING", p + "plans:status:RUNNING"}
@@ -75,8 +86,11 @@ func TestRedisKeysAndTTLs(t *testing.T) {
 			if got := c.LRange(ctx, p+"plan:{"+pid+"}:tasks", 0, -1).Val(); !reflect.DeepEqual(got, []string{t0id, t1id}) {
 				t.Errorf("task list %q", got)
 			}
-			if got := c.Get(ctx, p+"taskref:{"+t1id+"}").Val(); got != "t-00001" {
-				t.Errorf("taskref holds %q", got)
+			if got := c.HGet(ctx, bucket(t1id), t1id).Val(); got != "t-00001" {
+				t.Errorf("taskref bucket holds %q", got)
+			}
+			if n := c.Exists(ctx, p+"index:tenant:{t-00001}", p+"taskref:{"+t1id+"}").Val(); n != 0 {
+				t.Errorf("%d keys of the layout before the buckets and the history index were written", n)
 			}
 		})
 	}
@@ -253,7 +267,7 @@ func TestRedisZombieLedgerFirst(t *testing.T) {
 		e.setLock(tk.TenantID, "someone-else")
 		z := tk.Clone()
 		_ = z.Start(t0, "coord-z", 5)
-		v, err = e.redis.run(ctx, writeTaskScript, []string{tkk.task, tkk.ckpt, tkk.timeline, tkk.lock, tkk.index, tkk.history},
+		v, err = e.redis.run(ctx, writeTaskScript, []string{tkk.task, tkk.ckpt, tkk.timeline, tkk.lock, tkk.history},
 			"zombie-lock", 5, 0, zombieWrite, "", "0", "0", 200, 60000, 0)
 		if err != nil || replyInt(v.([]any)[0]) != 0 {
 			t.Fatalf("zombie record write: %v, %v; want a refusal", v, err)
@@ -294,7 +308,7 @@ func TestRedisWriteReplayIsIdempotent(t *testing.T) {
 		tw.timelineMax, tw.ttl = 200, 60000
 		writeID := "write-1"
 		args := tw.scriptArgs(&writeID, false, nil)
-		keys := []string{tkk.task, tkk.ckpt, tkk.timeline, tkk.lock, tkk.index, tkk.history}
+		keys := []string{tkk.task, tkk.ckpt, tkk.timeline, tkk.lock, tkk.history}
 		for i := 0; i < 2; i++ {
 			v, err := e.redis.run(ctx, writeTaskScript, keys, args...)
 			if err != nil || replyInt(v.([]any)[0]) != 1 || replyInt(v.([]any)[1]) != 1 {
@@ -644,6 +658,75 @@ func TestRedisCreatePlanRollsBack(t *testing.T) {
 	}
 }
 
+// The tenant's index is its history's newest entry: a plan created later —
+// in the same millisecond too (ids made in turn sort in turn) — names the
+// tenant's current task; when its entry goes, the one before it does again.
+func TestTenantIndexIsHistoryNewest(t *testing.T) {
+	t.Parallel()
+	eachRedis(t, Config{}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		var fxs []fixture
+		for i := 0; i < 3; i++ { // the clock does not move: one millisecond
+			fxs = append(fxs, createPlan(t, e, 2, 0))
+		}
+		newest := fxs[2].tasks[1]
+		got, _, err := e.store.TaskByTenant(ctx, newest.TenantID)
+		if err != nil || got.ID != newest.ID {
+			t.Fatalf("current task %v, %v; want the last created %s", got, err, newest.ID)
+		}
+		tasks, _, err := e.store.TasksByTenant(ctx, []string{newest.TenantID, "t-99999"})
+		if err != nil || len(tasks) != 1 || tasks[newest.TenantID].ID != newest.ID {
+			t.Fatalf("TasksByTenant %v, %v; want the last created %s only", tasks, err, newest.ID)
+		}
+		h, _ := e.redis.keys.History(newest.TenantID)
+		e.client.ZRem(ctx, h, newest.ID)
+		if got, _, err := e.store.TaskByTenant(ctx, newest.TenantID); err != nil || got.ID != fxs[1].tasks[1].ID {
+			t.Fatalf("after its entry went: %v, %v; want %s", got, err, fxs[1].tasks[1].ID)
+		}
+		// A later millisecond wins whatever the ids say.
+		e.client.ZAdd(ctx, h, redis.Z{Score: float64(t0.Add(time.Hour).UnixMilli()), Member: fxs[0].tasks[1].ID})
+		if got, _, err := e.store.TaskByTenant(ctx, newest.TenantID); err != nil || got.ID != fxs[0].tasks[1].ID {
+			t.Fatalf("newest by score: %v, %v; want %s", got, err, fxs[0].tasks[1].ID)
+		}
+		// No old-layout index STRING is written.
+		if n := e.client.Exists(ctx, e.prefix+"index:tenant:{"+newest.TenantID+"}").Val(); n != 0 {
+			t.Fatalf("an index STRING was written")
+		}
+	})
+}
+
+// A task written by a version before the taskref buckets (its tenant in
+// {p}taskref:{id}) is found by id, by the plan's task list and by a repair.
+func TestTaskByIDOfOlderVersion(t *testing.T) {
+	t.Parallel()
+	eachRedis(t, Config{}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		fx := createPlan(t, e, 2, 0)
+		old := fx.tasks[1]
+		bucket, _ := e.redis.keys.TaskRef(old.ID)
+		str, _ := e.redis.keys.TaskRefString(old.ID)
+		if n := e.client.HDel(ctx, bucket, old.ID).Val(); n != 1 {
+			t.Fatalf("the bucket %s did not hold the task", bucket)
+		}
+		if got, _, err := e.store.Task(ctx, old.ID); !errors.Is(err, task.ErrNotFound) {
+			t.Fatalf("Task without a taskref: %v, %v; want not found", got, err)
+		}
+		e.client.Set(ctx, str, old.TenantID, time.Hour)
+		got, _, err := e.store.Task(ctx, old.ID)
+		if err != nil || got.ID != old.ID || got.TenantID != old.TenantID {
+			t.Fatalf("Task by the older taskref: %v, %v", got, err)
+		}
+		if got, _, err := e.store.Task(ctx, fx.tasks[0].ID); err != nil || got.ID != fx.tasks[0].ID {
+			t.Fatalf("Task by the bucket: %v, %v", got, err)
+		}
+		// A corrupt older taskref is an error, not a tenant.
+		e.client.Set(ctx, str, "t:{evil}", time.Hour)
+		if _, _, err := e.store.Task(ctx, old.ID); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Task by a corrupt taskref: %v, want ErrCorrupt", err)
+		}
+	})
+}
+
 func diff(a, b []string) []string {
 	var out []string
 	for _, x := range a {
@@ -684,8 +767,8 @@ func TestRedisMalformedRecords(t *testing.T) {
 		if _, err := e.store.Timeline(ctx, tenantName(1), fx.tasks[1].ID, 0); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("malformed timeline: %v", err)
 		}
-		idx, _ := e.redis.keys.Index(tenantName(1))
-		e.client.Set(ctx, idx, "task-{evil}", time.Hour)
+		idx, _ := e.redis.keys.History(tenantName(1))
+		e.client.ZAdd(ctx, idx, redis.Z{Score: 1 << 50, Member: "task-{evil}"})
 		if _, _, err := e.store.TaskByTenant(ctx, tenantName(1)); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("index with a bad id: %v", err)
 		}

@@ -37,8 +37,6 @@ var (
 	pushPlanTasksLua string
 	//go:embed scripts/list_plan_tasks.lua
 	listPlanTasksLua string
-	//go:embed scripts/restore_index.lua
-	restoreIndexLua string
 	//go:embed scripts/claim_idempotency.lua
 	claimIdempotencyLua string
 	//go:embed scripts/finish_idempotency.lua
@@ -81,7 +79,6 @@ var (
 	createPlanScript        = newScript("create_plan", createPlanLua)
 	pushPlanTasksScript     = newScript("push_plan_tasks", pushPlanTasksLua)
 	listPlanTasksScript     = newScript("list_plan_tasks", listPlanTasksLua)
-	restoreIndexScript      = newScript("restore_index", restoreIndexLua)
 	claimIdempotencyScript  = newScript("claim_idempotency", claimIdempotencyLua)
 	finishIdempotencyScript = newScript("finish_idempotency", finishIdempotencyLua)
 	appendEventsScript      = newScript("append_events", appendEventsLua)
@@ -89,7 +86,7 @@ var (
 	allScripts = []*script{
 		writeTaskScript, startTaskScript, movePlanCountsScript, correctPlanCountsScript, repairPlanCountsScript,
 		requestTaskScript, beatTaskScript, updatePlanScript, createPlanScript, pushPlanTasksScript,
-		listPlanTasksScript, restoreIndexScript, claimIdempotencyScript, finishIdempotencyScript,
+		listPlanTasksScript, claimIdempotencyScript, finishIdempotencyScript,
 		appendEventsScript, searchPlanTasksScript, searchPruneScript, reindexPlanScript,
 	}
 )

@@ -1,15 +1,17 @@
 package repository
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/task"
 )
 
 // TestKeysSlots: on a Redis Cluster every script may touch one slot only.
 // The keys one script gets together share a slot — a task's keys, its
-// tenant's lock, fence, index and history (write_task, beat_task,
-// request_task, restore_index, acquire/reacquire/force_release_lock); a
+// tenant's lock, fence and history (write_task, beat_task,
+// request_task, acquire/reacquire/force_release_lock); a
 // plan's three keys (create_plan, update_plan, the counts scripts) — and
 // the prefix never decides a slot (it cannot hold a brace), so tenants and
 // plans spread over the masters. The suites run on a real 3-master cluster
@@ -33,14 +35,28 @@ func TestKeysSlots(t *testing.T) {
 		fence, _ := k.Fence(tenant)
 		want := redistest.KeySlot(tenant)
 		tenants[want] = true
-		for _, key := range []string{tk.task, tk.timeline, tk.ckpt, tk.lock, tk.index, tk.history, fence} {
+		for _, key := range []string{tk.task, tk.timeline, tk.ckpt, tk.lock, tk.history, fence} {
 			if got := redistest.KeySlot(key); got != want {
 				t.Errorf("%s: slot %d, want the tenant's %d", key, got, want)
 			}
 		}
-		if got, want := redistest.KeySlot(tk.ref), redistest.KeySlot(taskID); got != want {
-			t.Errorf("%s: slot %d, want the task id's %d", tk.ref, got, want)
+		tag := tk.ref[strings.IndexByte(tk.ref, '{')+1 : len(tk.ref)-1]
+		if got, want := redistest.KeySlot(tk.ref), redistest.KeySlot(tag); got != want {
+			t.Errorf("%s: slot %d, want its tag's %d", tk.ref, got, want)
 		}
+	}
+	// The taskref buckets of one hour's ids: 16 shards, over several slots.
+	buckets := map[string]bool{}
+	for i := 0; i < 200; i++ {
+		tk, _ := k.taskKeys("t-001", task.NewID(t0))
+		buckets[tk.ref] = true
+	}
+	bslots := map[int]bool{}
+	for b := range buckets {
+		bslots[redistest.KeySlot(b)] = true
+	}
+	if len(buckets) != 16 || len(bslots) < 8 {
+		t.Errorf("200 ids of one hour in %d buckets over %d slots, want 16 buckets spread", len(buckets), len(bslots))
 	}
 	if len(tenants) < 4 {
 		t.Errorf("5 tenants share %d slots: the hash tags do not spread them", len(tenants))

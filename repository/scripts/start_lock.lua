@@ -3,7 +3,7 @@
 -- (the lock and the fence counter are in the tenant's slot, as the task's
 -- keys are).
 --
--- KEYS[7] -> {p}fence:tenant:{tenantId}   the tenant's fencing counter
+-- KEYS[6] -> {p}fence:tenant:{tenantId}   the tenant's fencing counter
 -- ARGV[1] -> the lock value (a fresh one: tenantlock/redislock's layout)
 -- ARGV[2] -> the fence the start takes: the caller's choice (its clock in
 --            Unix ms, above the task's stored fence)
@@ -24,13 +24,13 @@ local function take_lock()
   if not redis.call('SET', KEYS[4], ARGV[1], 'NX', 'PX', ARGV[7]) then
     return {3, 'locked'}
   end
-  local old = redis.pcall('SET', KEYS[7], ARGV[2], 'GET')
+  local old = redis.pcall('SET', KEYS[6], ARGV[2], 'GET')
   if type(old) == 'table' and old.err then
     redis.call('DEL', KEYS[4])
     return {3, 'fence'}
   end
   if old and (not string.match(old, '^%d+$') or tonumber(old) >= tonumber(ARGV[2])) then
-    redis.call('SET', KEYS[7], old)
+    redis.call('SET', KEYS[6], old)
     redis.call('DEL', KEYS[4])
     return {3, 'fence'}
   end

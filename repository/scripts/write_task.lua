@@ -24,15 +24,16 @@
 --                   lock; ARGV[7] = "1" deletes it after the write
 --   start_lock.lua  a task's start that takes the lock itself: check b
 --                   passes, and after checks a-f the lock and the fence
---                   ARGV[2] are taken (KEYS[7], ARGV[7]: see that file) or
+--                   ARGV[2] are taken (KEYS[6], ARGV[7]: see that file) or
 --                   the start is refused with {3, reason}, nothing written
 --
 -- TTLs: a checkpoint is SET with the TTL and a timeline this write creates
--- gets it. The record, timeline, checkpoint, index and history are given
--- the TTL again only when the record's "ttlAt" (the writer's clock, Unix
--- ms, when the keys last got it; set at creation) is more than
--- min(TTL/100, 30 s) before the writer's now, or missing — read with the
--- record's other fields, so no command of its own on the writes in between:
+-- gets it. The record, timeline, checkpoint and the tenant's history (its
+-- index) are given the TTL again only when the record's "ttlAt" (the
+-- writer's clock, Unix ms, when the keys last got it; set at creation) is
+-- more than min(TTL/100, 30 s) before the writer's now, or missing — read
+-- with the record's other fields, so no command of its own on the writes in
+-- between:
 -- the keys of a task expire between TTL - 30 s and TTL after its last
 -- write, as far as the instances' clocks agree (a writer whose clock is
 -- behind by d refreshes d later). They were set together (at creation, or
@@ -42,8 +43,7 @@
 -- KEYS[2] -> {p}ckpt:{tenantId}:<taskId>              checkpoint (STRING)
 -- KEYS[3] -> {p}task:{tenantId}:<taskId>:timeline     timeline (LIST)
 -- KEYS[4] -> {p}lock:tenant:{tenantId}                tenant lock (STRING)
--- KEYS[5] -> {p}index:tenant:{tenantId}               tenant's current task (TTL refreshed)
--- KEYS[6] -> {p}index:tenant:{tenantId}:history       tenant's tasks (TTL refreshed)
+-- KEYS[5] -> {p}index:tenant:{tenantId}:history       tenant's tasks (TTL refreshed)
 -- ARGV[1] -> lock value the writer holds ("" = a write without the lock)
 -- ARGV[2] -> writer's fencing token (stored as the record's fence)
 -- ARGV[3] -> expected seq (the record gets seq + 1)
@@ -129,7 +129,7 @@ if #ARGV >= first then
 end
 
 if refresh then
-  for _, k in ipairs({KEYS[1], KEYS[3], KEYS[5], KEYS[6]}) do redis.call('PEXPIRE', k, ttl) end
+  for _, k in ipairs({KEYS[1], KEYS[3], KEYS[5]}) do redis.call('PEXPIRE', k, ttl) end
 end
 if release_lock() then redis.call('DEL', KEYS[4]) end
 return {1, new_seq, pause, cancel}
