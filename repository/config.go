@@ -22,6 +22,9 @@ const (
 	// InstancePruneAfter is how long an instance stays listed after its
 	// last heartbeat.
 	InstancePruneAfter = 24 * time.Hour
+	// LockLeaseDefault is the tenant lock's lease when Config.LockLease is
+	// zero: DEPLOYCOORD_LOCK_LEASE's default.
+	LockLeaseDefault = 60 * time.Second
 )
 
 // Config configures the Redis store. Zero fields mean the default.
@@ -72,6 +75,11 @@ type Config struct {
 	// checkpoint of a task that is not RUNNING, checked against the task's
 	// version at every query (see readcache.go).
 	TenantHints int
+	// LockLease is the tenant lock's lease (DEPLOYCOORD_LOCK_LEASE; default
+	// LockLeaseDefault). A run's last write deletes the lock with GETDEL
+	// before it compares the value, and puts a lock held by another value
+	// back with this TTL — which that holder's renewals give it anyway.
+	LockLease time.Duration
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -82,6 +90,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.EventsMax = cmp.Or(c.EventsMax, EventsMaxDefault)
 	c.WriteBatchMax = cmp.Or(c.WriteBatchMax, WriteBatchMaxDefault)
 	c.TenantHints = cmp.Or(c.TenantHints, TenantHintsDefault)
+	c.LockLease = cmp.Or(c.LockLease, LockLeaseDefault)
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -94,6 +103,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: Batch %d must be positive", ErrConfig, c.Batch)
 	case c.EventsMax < 1:
 		return c, fmt.Errorf("%w: EventsMax %d must be positive", ErrConfig, c.EventsMax)
+	case c.LockLease < time.Millisecond:
+		return c, fmt.Errorf("%w: LockLease %s must be at least 1ms", ErrConfig, c.LockLease)
 	case c.WriteBatchMax < 1:
 		return c, fmt.Errorf("%w: WriteBatchMax %d must be positive", ErrConfig, c.WriteBatchMax)
 	}

@@ -107,7 +107,11 @@
 //     value and ARGV[7] ms) and the fence (SET … GET of the counter to the
 //     write's fence), or refuses with {3, "locked" | "fence"} — the counter
 //     put back, the lock deleted, nothing written: *task.LockNotTakenError,
-//     and the caller takes the lock the usual way.
+//     and the caller takes the lock the usual way. A run's last write
+//     (task.Write.ReleaseLock) checks and deletes the lock with one GETDEL:
+//     another value found is put back with Config.LockLease as TTL and the
+//     write refused ("lock"); a later refusal (fence, seq, "send them")
+//     puts the writer's own lock back the same way.
 //  2. move_plan_counts.lua, in the plan's slot, only when the write moves
 //     the counts: when the status changes (Write.PrevStatus != Task.Status),
 //     and on a takeover or re-run of a RUNNING task — PrevStatus and status

@@ -97,8 +97,10 @@ func (tw *EncodedWrite) scriptArgs(writeID *string, full bool, base *ackWrite) [
 		n += 4
 	}
 	args := make([]any, 0, 11+2*n+len(tw.events))
-	var seventh any = flag(tw.w.ReleaseLock) // write_lock.lua: release; start_lock.lua: the lease
-	if tw.w.TakeLock > 0 {
+	// write_lock.lua: "0", or the lease when the write deletes the lock;
+	// start_lock.lua: the lease of the lock it takes.
+	var seventh any = &flagFalse
+	if tw.w.TakeLock > 0 || tw.w.ReleaseLock {
 		seventh = &tw.leaseMs
 	}
 	args = append(args, &tw.w.Guard.LockValue, &tw.fence, &tw.expect, writeID, &tw.ckpt,
@@ -143,6 +145,9 @@ func (r *Redis) WriteEncoded(ctx context.Context, tw *EncodedWrite) (task.WriteR
 	tk, _ := r.keys.taskKeys(t.TenantID, t.ID)
 	now := r.now()
 	tw.timelineMax, tw.ttl, tw.nowMs, tw.newSeq = int64(r.cfg.TimelineMax), r.ttlMs(), now.UnixMilli(), tw.expect+1
+	if tw.w.ReleaseLock {
+		tw.leaseMs = r.cfg.LockLease.Milliseconds()
+	}
 	req := &writeReq{
 		pending: pending{ctx: ctx},
 		script:  writeTaskScript,

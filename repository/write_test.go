@@ -851,3 +851,96 @@ func ExampleKeys() {
 	fmt.Println(lock)
 	// Output: executor:lock:tenant:{t-001}
 }
+
+// A run's last write deletes the lock with GETDEL before the record's
+// checks: a lock it finds held by another value, and its own lock when a
+// later check refuses the write, are put back with the lease as TTL; a
+// lock it does not find stays absent. Nothing else changes on a refusal.
+func TestReleaseWriteLeavesLocksItDoesNotRelease(t *testing.T) {
+	t.Parallel()
+	const lease = 20 * time.Second
+	eachRedis(t, Config{LockLease: lease}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		lockKey := func(r *runner) string { k, _ := e.redis.keys.Lock(r.tk.TenantID); return k }
+		final := func(r *runner, expect int64) task.Write {
+			z := r.tk.Clone()
+			_ = z.Complete(e.clock.Now())
+			return task.Write{Task: z, PrevStatus: task.StatusRunning, ExpectSeq: expect, Guard: r.guard,
+				ReleaseLock: true, Events: []task.Event{{Type: task.EventCompleted}}}
+		}
+		ttlOK := func(k string) {
+			t.Helper()
+			if d := e.client.PTTL(ctx, k).Val(); d <= 0 || d > lease {
+				t.Errorf("TTL of %s = %s, want (0, %s]", k, d, lease)
+			}
+		}
+		fx := createPlan(t, e, 4, 0)
+
+		// Refused by seq after the lock check: the writer's own lock is back.
+		r := start(t, e, fx.tasks[0], 1)
+		before := snap(t, e, r.tk)
+		_, err := e.store.WriteTask(ctx, final(r, r.tk.Seq+5))
+		refusedAs(t, err, task.RefusedSeq)
+		if v := e.lockValue(r.tk.TenantID); v != r.guard.LockValue {
+			t.Fatalf("lock after a refused release: %q, want the writer's %q", v, r.guard.LockValue)
+		}
+		ttlOK(lockKey(r))
+		if after := snap(t, e, r.tk); !reflect.DeepEqual(before, after) {
+			t.Fatalf("refused release changed the store:\nbefore %+v\nafter  %+v", before, after)
+		}
+		// Then the release goes through and the lock is gone.
+		if _, err := e.store.WriteTask(ctx, final(r, r.tk.Seq)); err != nil {
+			t.Fatal(err)
+		}
+		if v := e.lockValue(r.tk.TenantID); v != "" {
+			t.Fatalf("lock after the release: %q, want none", v)
+		}
+
+		// Another value holds the lock: refused, that lock back as it was.
+		r = start(t, e, fx.tasks[1], 1)
+		e.setLock(r.tk.TenantID, "someone-else")
+		e.client.PExpire(ctx, lockKey(r), 5*time.Second)
+		_, err = e.store.WriteTask(ctx, final(r, r.tk.Seq))
+		refusedAs(t, err, task.RefusedLock)
+		if v := e.lockValue(r.tk.TenantID); v != "someone-else" {
+			t.Fatalf("another's lock after a refused release: %q", v)
+		}
+		ttlOK(lockKey(r))
+
+		// No lock at all: refused, and none is made.
+		r = start(t, e, fx.tasks[2], 1)
+		e.setLock(r.tk.TenantID, "")
+		_, err = e.store.WriteTask(ctx, final(r, r.tk.Seq))
+		refusedAs(t, err, task.RefusedLock)
+		if n := e.client.Exists(ctx, lockKey(r)).Val(); n != 0 {
+			t.Fatalf("a refused release made a lock")
+		}
+
+		// Refused for the fixed fields ({2, fixed}: the writer resends them):
+		// the lock is back before the resend, which then releases it.
+		r = start(t, e, fx.tasks[3], 1)
+		tkk, _ := e.redis.keys.taskKeys(r.tk.TenantID, r.tk.ID)
+		tw, err := EncodeWrite(final(r, r.tk.Seq))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tw.timelineMax, tw.ttl, tw.leaseMs = 200, 60000, lease.Milliseconds()
+		tw.fixed.sum = "not-the-stored-sum"
+		writeID := "fixed-1"
+		v, err := e.redis.run(ctx, writeTaskScript, []string{tkk.task, tkk.ckpt, tkk.timeline, tkk.lock, tkk.history},
+			tw.scriptArgs(&writeID, false, nil)...)
+		if err != nil || replyInt(v.([]any)[0]) != 2 {
+			t.Fatalf("release with a wrong fixed-field digest: %v, %v; want {2, fixed}", v, err)
+		}
+		if v := e.lockValue(r.tk.TenantID); v != r.guard.LockValue {
+			t.Fatalf("lock after {2, fixed}: %q, want the writer's", v)
+		}
+		ttlOK(tkk.lock)
+		if _, err := e.store.WriteTask(ctx, final(r, r.tk.Seq)); err != nil {
+			t.Fatal(err)
+		}
+		if v := e.lockValue(r.tk.TenantID); v != "" {
+			t.Fatalf("lock after the release: %q, want none", v)
+		}
+	})
+}

@@ -158,7 +158,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.openRedis(ctx); err != nil {
 		return err
 	}
-	redisStore, err := repository.NewRedis(m.client, repository.Config{Prefix: c.KeyPrefix, TTL: c.TTL})
+	redisStore, err := repository.NewRedis(m.client, repository.Config{Prefix: c.KeyPrefix, TTL: c.TTL, LockLease: c.LockLease})
 	if err != nil {
 		return err
 	}

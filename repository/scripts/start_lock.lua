@@ -10,6 +10,7 @@
 -- ARGV[7] -> the lease in milliseconds
 --
 -- lock_held: the check is deferred to take_lock (the lock is taken, not held).
+-- put_back: nothing was taken before the checks.
 -- take_lock, after every check of write_task.lua passed: SET NX PX the
 -- lock, then SET ... GET the counter to ARGV[2]. It answers {3, 'locked'}
 -- when another value holds the lock, and {3, 'fence'} when the counter
@@ -18,8 +19,8 @@
 -- of another type: untouched); the lock is deleted again then, so a
 -- refusal writes nothing. The caller takes the lock the usual way then
 -- (acquire_lock.lua), which reports the holder or the error.
--- release_lock: a start keeps its lock.
 local function lock_held() return true end
+local function put_back() end
 local function take_lock()
   if not redis.call('SET', KEYS[4], ARGV[1], 'NX', 'PX', ARGV[7]) then
     return {3, 'locked'}
@@ -36,4 +37,3 @@ local function take_lock()
   end
   return nil
 end
-local function release_lock() return false end

@@ -18,10 +18,12 @@
 -- A write whose id is already stored was applied before (a client retry): it
 -- succeeds again without writing.
 --
--- The script runs after one of two prefixes, which define lock_held(),
--- take_lock() and release_lock():
+-- The script runs after one of two prefixes, which define lock_held()
+-- (check b), put_back() (called by every refusal after check b) and
+-- take_lock() (called after checks a-f):
 --   write_lock.lua  a write under a lock taken before: check b reads the
---                   lock; ARGV[7] = "1" deletes it after the write
+--                   lock, or deletes it with GETDEL when the write is the
+--                   run's last (ARGV[7], the lease); put_back restores it
 --   start_lock.lua  a task's start that takes the lock itself: check b
 --                   passes, and after checks a-f the lock and the fence
 --                   ARGV[2] are taken (KEYS[6], ARGV[7]: see that file) or
@@ -72,7 +74,10 @@ local seq, fence = tonumber(rec[2]) or 0, tonumber(rec[3]) or 0
 local pause, cancel = tonumber(rec[6]) or 0, tonumber(rec[7]) or 0
 if rec[5] == ARGV[4] then return {1, seq, pause, cancel} end
 
-local function refuse(reason) return {0, reason, rec[1], seq, fence, rec[4] or ''} end
+local function refuse(reason)
+  put_back()
+  return {0, reason, rec[1], seq, fence, rec[4] or ''}
+end
 if not lock_held() then return refuse('lock') end
 if fence > tonumber(ARGV[2]) then return refuse('fence') end
 if seq ~= tonumber(ARGV[3]) then return refuse('seq') end
@@ -83,9 +88,9 @@ local fields = {'seq', string.format('%d', new_seq), 'fence', ARGV[2], 'writeId'
 for i = 12, 11 + 2 * n, 2 do
   local f, v = ARGV[i], ARGV[i + 1]
   if f == '?fixedSum' then
-    if v ~= rec[8] then return {2, 'fixed'} end
+    if v ~= rec[8] then put_back() return {2, 'fixed'} end
   elseif f == '?prevWrite' then
-    if v ~= rec[5] then return {2, 'fixed'} end
+    if v ~= rec[5] then put_back() return {2, 'fixed'} end
   else
     fields[#fields + 1] = f
     fields[#fields + 1] = v
@@ -131,5 +136,4 @@ end
 if refresh then
   for _, k in ipairs({KEYS[1], KEYS[3], KEYS[5]}) do redis.call('PEXPIRE', k, ttl) end
 end
-if release_lock() then redis.call('DEL', KEYS[4]) end
 return {1, new_seq, pause, cancel}
