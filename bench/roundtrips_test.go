@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"io"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -14,20 +16,24 @@ func TestClassify(t *testing.T) {
 	cmd := func(args ...any) redis.Cmder { return redis.NewCmd(ctx, args...) }
 	const p = "bench-rtt-1a2b3c:"
 	task := p + "task:{tenant-000001}:task-01J"
-	writeTask := cmd("evalsha", "sha", 6, task, p+"ckpt:{tenant-000001}:task-01J", task+":timeline",
-		p+"lock:tenant:{tenant-000001}", p+"index:tenant:{tenant-000001}", p+"index:tenant:{tenant-000001}:history",
+	writeTask := cmd("evalsha", "sha", 5, task, p+"ckpt:{tenant-000001}:task-01J", task+":timeline",
+		p+"lock:tenant:{tenant-000001}", p+"index:tenant:{tenant-000001}:history",
 		"lockvalue", 7, 1, "wid", "", "0", "0", 100, 604800000, 1764000000000, 0)
+	startTask := cmd("evalsha", "sha", 6, task, p+"ckpt:{tenant-000001}:task-01J", task+":timeline",
+		p+"lock:tenant:{tenant-000001}", p+"index:tenant:{tenant-000001}:history", p+"fence:tenant:{tenant-000001}",
+		"lockvalue", 1764000000000, 0, "wid", "", "0", 60000, 100, 604800000, 1764000000000, 0)
 	move := func(status string) redis.Cmder {
 		return cmd("evalsha", "sha", 3, p+"plan:{plan-01J}:counts", p+"plan:{plan-01J}", p+"plan:{plan-01J}:tasks",
 			"task-01J", status, 2, 7, "wid", "bench-1", "tenant-000001", "2026-11-22T00:00:00Z", 604800000, "threshold")
 	}
-	expireRef := cmd("pexpire", p+"taskref:{task-01J}", 604800000)
+	expireRef := cmd("pexpire", p+"taskrefs:{490000.a}", 604800000)
 	tests := []struct {
 		name string
 		cmds []redis.Cmder
 		want string
 	}{
 		{"TaskStart", []redis.Cmder{writeTask, move("RUNNING"), expireRef}, rtTaskStart},
+		{"TaskStartTakingLock", []redis.Cmder{startTask, move("RUNNING")}, rtTaskStart},
 		{"TaskFinish", []redis.Cmder{writeTask, move("COMPLETED"), expireRef}, rtTaskFinish},
 		{"StageTransition", []redis.Cmder{writeTask}, rtStage},
 		{"LockAcquire", []redis.Cmder{cmd("evalsha", "sha", 2, p+"lock:tenant:{t}", p+"fence:tenant:{t}", "v", 60000, 1)}, rtLockAcquire},
@@ -124,6 +130,50 @@ func TestParseFlagsTopology(t *testing.T) {
 		c, err := parseFlags(tt.args, io.Discard)
 		if (err == nil) != tt.ok || (tt.ok && c.Topology != tt.want) {
 			t.Errorf("parseFlags(%q) = topology %q, %v; want %q (ok %v)", tt.args, c.Topology, err, tt.want, tt.ok)
+		}
+	}
+}
+
+// The round-trip section classifies every write a real run sends: starts,
+// stage transitions and finishes are counted as such (a change of the
+// scripts' keys must not turn them into "other" round trips, which the
+// table would show as 0 per task).
+func TestRoundTripsSeeEveryWrite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("no redis-server on the PATH:", err)
+	}
+	cfg, err := parseFlags([]string{"-concurrency", "8"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	e, err := newEnv(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	res, err := e.measureRoundTrips(ctx, 40, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, shares := range map[string]map[string]float64{"× 1": res.singleW, "× 3": res.multiW} {
+		for _, kind := range []string{rtTaskStart, rtTaskFinish} {
+			if shares[kind] <= 0 {
+				t.Errorf("plan %s: no %q round trips counted (%v)", name, kind, shares)
+			}
+		}
+	}
+	if res.multiW[rtStage] <= 0 {
+		t.Errorf("no stage transition round trips counted (%v)", res.multiW)
+	}
+	for _, kinds := range []map[string]int64{res.single, res.multi} {
+		for kind, n := range kinds {
+			if strings.HasPrefix(kind, "other: evalsha") {
+				t.Errorf("%d round trips of unclassified scripts (%q): a script's keys changed?", n, kind)
+			}
 		}
 	}
 }
