@@ -719,6 +719,22 @@ func TestTaskByIDOfOlderVersion(t *testing.T) {
 		if got, _, err := e.store.Task(ctx, fx.tasks[0].ID); err != nil || got.ID != fx.tasks[0].ID {
 			t.Fatalf("Task by the bucket: %v, %v", got, err)
 		}
+		// A ledger entry that lost its tenant: the listing and the repair
+		// find it through the older taskref.
+		pk, _ := e.redis.keys.planKeys(fx.plan.ID)
+		e.client.HDel(ctx, pk.counts, "t:"+old.ID)
+		e.client.HSet(ctx, pk.counts, "PENDING", 7)
+		tasks, _, err := e.store.PlanTasks(ctx, fx.plan.ID, plan.TaskFilter{})
+		if err != nil || len(tasks) != 2 || tasks[1].ID != old.ID {
+			t.Fatalf("PlanTasks with a ledger entry without tenant: %v, %v; want both tasks", tasks, err)
+		}
+		counts, err := e.store.RepairCounts(ctx, fx.plan.ID)
+		if err != nil || counts[task.StatusPending] != 2 {
+			t.Fatalf("RepairCounts = %v, %v; want 2 PENDING", counts, err)
+		}
+		if led := e.client.HGet(ctx, pk.counts, "t:"+old.ID).Val(); !strings.HasSuffix(led, "|"+old.TenantID) {
+			t.Fatalf("ledger entry after the repair %q, want its tenant back", led)
+		}
 		// A corrupt older taskref is an error, not a tenant.
 		e.client.Set(ctx, str, "t:{evil}", time.Hour)
 		if _, _, err := e.store.Task(ctx, old.ID); !errors.Is(err, ErrCorrupt) {
