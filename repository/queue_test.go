@@ -98,6 +98,55 @@ func TestQueueClaimPermits(t *testing.T) {
 	})
 }
 
+// The permits key gets the TTL from the claim that creates it and from
+// every renewal, not from claims while permits are held (one command a
+// claim less): it never lives without a TTL, and it keeps the TTL as long
+// as its permits are renewed.
+func TestQueuePermitsTTL(t *testing.T) {
+	const ttl = 48 * time.Hour
+	eachRedis(t, Config{TTL: ttl}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		f := createPlan(t, e, 4, 0)
+		id := f.plan.ID
+		qk, _ := e.redis.keys.queueKeys(id)
+		if err := e.redis.PushQueue(ctx, id, entriesOf(f, plan.QueueStart), false); err != nil {
+			t.Fatal(err)
+		}
+		ttlIs := func(what string, lo, hi time.Duration) {
+			t.Helper()
+			if d := e.client.PTTL(ctx, qk.permits).Val(); d < lo || d > hi {
+				t.Fatalf("%s: TTL of the permits %s, want [%s, %s]", what, d, lo, hi)
+			}
+		}
+		c1, err := e.redis.ClaimTasks(ctx, id, nil, time.Minute, 1)
+		if err != nil || c1.Outcome != plan.ClaimGranted {
+			t.Fatalf("claim: %+v %v", c1, err)
+		}
+		ttlIs("first claim", ttl-time.Minute, ttl)
+		e.client.PExpire(ctx, qk.permits, time.Hour) // an older key
+		c2, err := e.redis.ClaimTasks(ctx, id, nil, time.Minute, 1)
+		if err != nil || c2.Outcome != plan.ClaimGranted {
+			t.Fatalf("claim: %+v %v", c2, err)
+		}
+		ttlIs("claim while one is held", time.Hour-time.Minute, time.Hour)
+		if n, err := e.redis.RenewPermits(ctx, id, append(c1.Entries, c2.Entries...), time.Minute); err != nil || n != 2 {
+			t.Fatalf("renew: %d %v", n, err)
+		}
+		ttlIs("renewal", ttl-time.Minute, ttl)
+		// All freed: the key goes; the next claim makes it with the TTL.
+		if err := e.redis.ReleasePermits(ctx, id, append(c1.Entries, c2.Entries...)); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.client.Exists(ctx, qk.permits).Val(); n != 0 {
+			t.Fatal("permits key left after every permit was released")
+		}
+		if c, err := e.redis.ClaimTasks(ctx, id, nil, time.Minute, 1); err != nil || c.Outcome != plan.ClaimGranted {
+			t.Fatalf("claim: %+v %v", c, err)
+		}
+		ttlIs("claim after all were freed", ttl-time.Minute, ttl)
+	})
+}
+
 // TestQueueClaimSeveral: one claim grants up to want entries in queue
 // order, never more than maxConcurrency permits across claimers, in one
 // round trip; a bad entry among them is dropped with its permit and the

@@ -51,7 +51,10 @@ for i = 1, #es do
   z[#z + 1] = es[i]
 end
 for i = 1, #z, 1000 do redis.call('ZADD', KEYS[3], unpack(z, i, math.min(i + 999, #z))) end
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
+-- The permits get the TTL when this ZADD made the key (none held): while
+-- some are held, their holders' renewals (renew_permits.lua, every
+-- lease/3) give it again, and a permit nobody renews is freed above.
+if held == 0 then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
 local out = {3, held + #es}
 for i = 1, #es do out[#out + 1] = es[i] end
 return out
