@@ -52,8 +52,8 @@
 // checkpoint and history together (they were set together) and
 // ttlAt — as far as the instances' clocks agree (one whose clock is behind
 // by d refreshes d later);
-// a counts move does the same for the plan's three keys with the counts
-// hash's PTTL; the taskref bucket is refreshed with the counts moves of a
+// a counts move does the same for the plan's keys with the plan record's
+// ttlAt (set at creation); the taskref bucket is refreshed with the counts moves of a
 // task created longer ago than the margin. A checkpoint is always SET with the
 // TTL and a timeline a write creates gets it. So a key expires between
 // TTL - 30 s and TTL after the last write that touched it — no command of

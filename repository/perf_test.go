@@ -503,6 +503,70 @@ func TestWriteRefreshesTTLsWhenLow(t *testing.T) {
 	})
 }
 
+// TestCountsMoveTTLAt: the plan record holds ttlAt (set at creation); a
+// counts move gives the plan's keys the TTL again only when it is older than
+// the margin (or missing, a plan stored before it existed), and sets it to
+// the writer's now — no PTTL of its own.
+func TestCountsMoveTTLAt(t *testing.T) {
+	t.Parallel()
+	const ttl = 48 * time.Hour
+	eachRedis(t, Config{TTL: ttl}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		fx := createPlan(t, e, 4, 0)
+		pk, _ := e.redis.keys.planKeys(fx.plan.ID)
+		keys := []string{pk.plan, pk.tasks, pk.counts}
+		ttlAt := func() string { return e.client.HGet(ctx, pk.plan, fTTLAt).Val() }
+		if got, want := ttlAt(), fmt.Sprint(e.clock.Now().UnixMilli()); got != want {
+			t.Fatalf("ttlAt %q after creation, want %s", got, want)
+		}
+		shortTTL := func() {
+			for _, k := range keys {
+				e.client.PExpire(ctx, k, time.Hour)
+			}
+		}
+		refreshed := func() bool {
+			t.Helper()
+			n := 0
+			for _, k := range keys {
+				if e.client.PTTL(ctx, k).Val() > ttl-time.Minute {
+					n++
+				}
+			}
+			if n != 0 && n != len(keys) {
+				t.Fatalf("%d of the plan's %d keys refreshed", n, len(keys))
+			}
+			return n == len(keys)
+		}
+		// ttlAt 10 s old: a start (plan stays RUNNING) leaves the TTLs.
+		shortTTL()
+		e.clock.Add(10 * time.Second)
+		start(t, e, fx.tasks[0], 1)
+		if refreshed() {
+			t.Fatal("plan keys refreshed although ttlAt is 10 s old")
+		}
+		// An hour older than the margin: the next move refreshes them.
+		e.clock.Add(time.Hour)
+		start(t, e, fx.tasks[1], 1)
+		if !refreshed() {
+			t.Fatal("plan keys not refreshed by a move with ttlAt an hour old")
+		}
+		if got, want := ttlAt(), fmt.Sprint(e.clock.Now().UnixMilli()); got != want {
+			t.Fatalf("ttlAt %q after the refresh, want the writer's now %s", got, want)
+		}
+		// A plan stored before ttlAt: refreshed at its next move.
+		e.client.HDel(ctx, pk.plan, fTTLAt)
+		shortTTL()
+		start(t, e, fx.tasks[2], 1)
+		if !refreshed() || ttlAt() == "" {
+			t.Fatalf("a plan without ttlAt: refreshed %v, ttlAt %q", refreshed(), ttlAt())
+		}
+		// ttlAt does not reach the plan as read.
+		if got, _, err := e.store.Plan(ctx, fx.plan.ID); err != nil || got.ID != fx.plan.ID {
+			t.Fatalf("plan read with ttlAt: %v, %v", got, err)
+		}
+	})
+}
+
 // TestWriteTTLAt: a record without ttlAt (stored before it existed) gets
 // its keys' TTL and ttlAt at its next write; a ttlAt ahead of the writer's
 // clock (another instance's clock ahead of this one's) refreshes nothing

@@ -38,6 +38,9 @@ func (r *Redis) CreatePlan(ctx context.Context, p *plan.Plan, tasks []*task.Task
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", plan.ErrInvalid, op, err)
 	}
+	now := r.now()
+	// ttlAt: when the plan's keys got the TTL (move_plan_counts.lua).
+	rec = append(rec, fTTLAt, strconv.FormatInt(now.UnixMilli(), 10))
 
 	ttl := r.ttlMs()
 	v, err := r.run(ctx, createPlanScript, []string{pk.plan, pk.counts}, strArgs([]any{ttl, len(tasks)}, rec...)...)
@@ -49,7 +52,6 @@ func (r *Redis) CreatePlan(ctx context.Context, p *plan.Plan, tasks []*task.Task
 	}
 
 	written := 0
-	now := r.now()
 	for start := 0; start == 0 || start < len(tasks); start += r.cfg.Batch {
 		end := min(start+r.cfg.Batch, len(tasks))
 		written = end

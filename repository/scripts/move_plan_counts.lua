@@ -23,9 +23,11 @@
 -- move out of an active status whose counter is still at least 1 after it,
 -- to a status that is neither active nor FAILED with a failure threshold
 -- set (every task's finish but the plan's last ones). An applied update
--- gives the plan's keys the TTL again when the counts hash has less than
--- TTL - min(TTL/100, 30 s) left (as write_task.lua does for a task's keys),
--- and when the plan's status changed.
+-- gives the plan's keys the TTL again, and the plan record's "ttlAt" the
+-- writer's now (ARGV[11] in ms), when that ttlAt (set at creation, read
+-- with the record's other fields: no command of its own) is more than
+-- min(TTL/100, 30 s) before now or missing — as write_task.lua does for a
+-- task's keys — and when the plan's status changed.
 --
 -- An applied move also moves the task between the plan's per-status task
 -- indexes (KEYS[4..9], ZSETs scored by the Unix microseconds of the move,
@@ -55,7 +57,7 @@
 -- is written then). A task without a ledger entry is not counted in this
 -- plan (RepairCounts restores entries): nothing moves.
 
-local p = redis.call('HMGET', KEYS[2], 'status', 'totalTasks', 'maxFailed')
+local p = redis.call('HMGET', KEYS[2], 'status', 'totalTasks', 'maxFailed', 'ttlAt')
 local moves = 1 + (#ARGV - 11) / 7
 local sets, score = status_sets(4), ARGV[11]
 local out = {}
@@ -234,7 +236,9 @@ end
 flush_counts()
 flush_index()
 local ttl = tonumber(ARGV[9])
-if applied and (p[1] ~= before or redis.call('PTTL', KEYS[1]) < ttl - math.min(math.floor(ttl / 100), 30000)) then
+local now_ms, at = math.floor(tonumber(ARGV[11]) / 1000), tonumber(p[4])
+if applied and (p[1] ~= before or not at or now_ms - at > math.min(math.floor(ttl / 100), 30000)) then
   for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[9]) end
+  redis.call('HSET', KEYS[2], 'ttlAt', string.format('%d', now_ms))
 end
 return out
