@@ -96,8 +96,8 @@ func (r *Redis) createBatch(ctx context.Context, p *plan.Plan, tasks []*task.Tas
 		pending, _ := r.keys.PlanStatusIndex(p.ID, task.StatusPending)
 		push = pp.eval(ctx, pushPlanTasksScript, []string{pk.tasks, pk.counts, pending}, args...)
 	}
-	// The taskrefs go to their buckets, one HSET each (a batch's tasks
-	// were made together: one bucket or a few, by hour and shard).
+	// The taskrefs go to their buckets, one HSET each (a batch's ids were
+	// made together: the 16 shards of an hour at most, rarely two hours).
 	var refs map[string][]any
 	for _, t := range tasks[start:end] {
 		k, _ := r.keys.taskKeys(t.TenantID, t.ID)
