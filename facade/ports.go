@@ -134,11 +134,6 @@ type Lease interface {
 	// tenantlock.ErrLeaseLost, and also tenantlock.ErrLeaseRefused (a
 	// *tenantlock.RefusedError) when an extension was refused.
 	Err() error
-	// Context returns a copy of parent that is cancelled the moment the
-	// lease is lost, with Err as its cause (context.Cause); cancelled at
-	// once if the lease is lost already. Release, Forget and a replacing
-	// Reacquire are not losses. Call the CancelFunc when done with it.
-	Context(parent context.Context) (context.Context, context.CancelFunc)
 	// OnLost calls f with Err's value the moment the lease is lost (at once
 	// if it is lost already), unless stop was called first; f must not call
 	// the lease. Release, Forget and a replacing Reacquire are not losses.

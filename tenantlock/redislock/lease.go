@@ -94,9 +94,10 @@ type leaseTimes struct {
 	deadline, confirmed time.Time
 }
 
-// lostHook is one context made by Lease.Context.
+// lostHook is one function registered by Lease.OnLost (Lease.Context's
+// among them), called with the loss.
 type lostHook struct {
-	cancel context.CancelCauseFunc
+	cancel func(cause error)
 }
 
 func newLease(tenantID string, h tenantlock.Holder, value string, fence int64, until time.Time, renewEvery time.Duration, b backend, onRenew func(bool)) *Lease {
@@ -202,27 +203,19 @@ func (l *Lease) Lost() <-chan struct{} {
 // loss came first) and unregisters it from the lease.
 func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
-	h := &lostHook{cancel: cancel}
-	l.mu.Lock()
-	if p := l.err.Load(); p != nil {
-		l.mu.Unlock()
-		cancel(*p)
-		return ctx, func() { cancel(nil) }
-	}
-	l.hooks = append(l.hooks, h)
-	l.mu.Unlock()
+	stop := l.OnLost(cancel)
 	return ctx, func() {
-		l.unhook(h)
+		stop()
 		cancel(nil)
 	}
 }
 
 // OnLost calls f with the loss (Err's value) the moment the lease is lost,
-// in the same step as Context's cancellations (at once if it is lost
-// already), unless stop was called first; f runs under the lease's lock and
-// must not call the lease. Release, Forget and a replacing Reacquire are
-// not losses. It is Context for a caller that only needs to be told: no
-// context, no goroutine.
+// in the step that records it (at once if it is lost already), unless stop
+// was called first; f runs under the lease's lock and must not call the
+// lease. Release, Forget and a replacing Reacquire are not losses. Context
+// is OnLost cancelling a context; a caller that only needs to be told
+// needs no context and no goroutine.
 func (l *Lease) OnLost(f func(cause error)) (stop func()) {
 	h := &lostHook{cancel: f}
 	l.mu.Lock()
