@@ -145,9 +145,7 @@ func (c *Coordinator) startClaimed(pr *planRun, t *task.Task, acquired func(), l
 	}
 	*t = started
 	r := c.newRun(t, pr.p, pr.stages, ck, lease, pr)
-	c.mu.Lock()
-	c.tasks[t.ID] = r
-	c.mu.Unlock()
+	c.track(r)
 	acquired()
 	pr.add(r)
 	r.events = w.Events
@@ -158,7 +156,7 @@ func (c *Coordinator) startClaimed(pr *planRun, t *task.Task, acquired func(), l
 }
 
 // reserveRun counts a run about to start (c.runs); false when the instance
-// is shutting down. register is reserveRun and the run made visible.
+// is shutting down. register is reserveRun and track.
 func (c *Coordinator) reserveRun() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -109,10 +109,16 @@ func (c *Coordinator) register(r *taskRun) bool {
 	if !c.reserveRun() {
 		return false
 	}
+	c.track(r)
+	return true
+}
+
+// track makes a run counted by reserveRun visible to requests on this
+// instance.
+func (c *Coordinator) track(r *taskRun) {
 	c.mu.Lock()
 	c.tasks[r.t.ID] = r
 	c.mu.Unlock()
-	return true
 }
 
 // launch runs r from stage index from in a new goroutine.
