@@ -505,33 +505,51 @@ func keepTask(t *task.Task, want task.Status, f plan.TaskFilter) bool {
 	return (want == "" || t.Status == want) && strings.HasPrefix(t.TenantID, f.TenantPrefix)
 }
 
+// lookupTenants fills the "" entries of tenants (those of ids whose ledger
+// entry lost the tenant) from the tasks' taskrefs, in one round trip (none
+// when every tenant is known); a tenant stays "" when neither taskref holds
+// it. bad is the error of
+// the first id that is not a task id (its tenant stays ""); err a transport
+// error.
+func (r *Redis) lookupTenants(ctx context.Context, op string, ids, tenants []string) (bad, err error) {
+	refs := map[int]refRead{}
+	pp := r.c.Pipeline()
+	for i, t := range tenants {
+		if t != "" {
+			continue
+		}
+		ref, err := r.keys.refRead(ctx, ids[i])
+		if err != nil {
+			if bad == nil {
+				bad = err
+			}
+			continue
+		}
+		refs[i] = ref
+		_ = pp.Process(ctx, ref.bucket)
+		_ = pp.Process(ctx, ref.str)
+	}
+	if len(refs) == 0 {
+		return bad, nil
+	}
+	if err := transportErr(pp.Exec(ctx)); err != nil {
+		return bad, wrapErr(ctx, op, err)
+	}
+	for i, ref := range refs {
+		tenants[i], _, _ = ref.tenant()
+	}
+	return bad, nil
+}
+
 // readTasks reads the records of tasks by id, in order, skipping missing
 // ones. A tenant id "" is looked up through the taskref (one more round trip).
 func (r *Redis) readTasks(ctx context.Context, op string, ids, tenants []string) ([]*task.Task, error) {
-	var unknown []int
-	for i, t := range tenants {
-		if t == "" {
-			unknown = append(unknown, i)
-		}
+	bad, err := r.lookupTenants(ctx, op, ids, tenants)
+	if err != nil {
+		return nil, err
 	}
-	if len(unknown) > 0 {
-		pp := r.c.Pipeline()
-		refs := make([]refRead, len(unknown))
-		for j, i := range unknown {
-			ref, err := r.keys.refRead(ctx, ids[i])
-			if err != nil {
-				return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, op, err)
-			}
-			refs[j] = ref
-			_ = pp.Process(ctx, ref.bucket)
-			_ = pp.Process(ctx, ref.str)
-		}
-		if err := transportErr(pp.Exec(ctx)); err != nil {
-			return nil, wrapErr(ctx, op, err)
-		}
-		for j, i := range unknown {
-			tenants[i], _, _ = refs[j].tenant()
-		}
+	if bad != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, op, bad)
 	}
 	pp := r.c.Pipeline()
 	keys := make([]string, len(ids))
@@ -631,29 +649,20 @@ func (r *Redis) RepairCounts(ctx context.Context, planID string) (plan.Counts, e
 
 // recount fills entries with the ledger entries of one batch of task records.
 func (r *Redis) recount(ctx context.Context, op string, ids, tenants []string, entries []ledger) error {
+	// A bad id, or a taskref holding no tenant id, keeps the "" tenant: its
+	// entry counts nowhere.
 	var unknown []int
-	for i := range ids {
-		if tenants[i] == "" {
+	for i, t := range tenants {
+		if t == "" {
 			unknown = append(unknown, i)
 		}
 	}
-	if len(unknown) > 0 {
-		pp := r.c.Pipeline()
-		refs := make(map[int]refRead, len(unknown))
-		for _, i := range unknown {
-			if ref, err := r.keys.refRead(ctx, ids[i]); err == nil {
-				refs[i] = ref
-				_ = pp.Process(ctx, ref.bucket)
-				_ = pp.Process(ctx, ref.str)
-			}
-		}
-		if err := transportErr(pp.Exec(ctx)); err != nil {
-			return wrapErr(ctx, op, err)
-		}
-		for i, ref := range refs {
-			if tenant, _, _ := ref.tenant(); task.ValidTenantID(tenant) {
-				tenants[i] = tenant
-			}
+	if _, err := r.lookupTenants(ctx, op, ids, tenants); err != nil {
+		return err
+	}
+	for _, i := range unknown {
+		if !task.ValidTenantID(tenants[i]) {
+			tenants[i] = ""
 		}
 	}
 	pp := r.c.Pipeline()
