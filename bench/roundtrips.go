@@ -247,8 +247,8 @@ func scriptKind(sc scriptCall) string {
 		return scClaim // a plan's shared work queue: an entry and a permit
 	case len(k) == 1 && suffix(0, ":permits"):
 		return scRenew
-	case (len(k) == 5 || len(k) == 6) && has(0, "task:{") && has(1, "ckpt:{"):
-		return scWriteTask // 6 keys: a start that takes the tenant lock (the fence key last)
+	case len(k) >= 2 && has(0, "task:{") && has(1, "ckpt:{"):
+		return scWriteTask // by its first keys, whatever their count (a start taking the lock adds the fence)
 	case len(k) == 3 && strings.HasSuffix(k[0], ":counts") && n >= 10 && (n-10)%7 == 0:
 		return scMoveCounts // one move (10 arguments) or several (7 more each)
 	case len(k) == 2 && has(0, "lock:tenant:{") && has(1, "fence:tenant:{") && n == 3:

@@ -78,13 +78,7 @@ func (h *failCheckpoint) hit(cmd redis.Cmder) bool {
 		return false
 	}
 	for _, a := range cmd.Args() {
-		var s string
-		switch v := a.(type) {
-		case string:
-			s = v
-		case *string:
-			s = *v
-		}
+		s := asString(a)
 		if !strings.HasPrefix(s, `{"lastCompletedStageIndex":`) {
 			continue
 		}

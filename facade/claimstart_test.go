@@ -26,7 +26,7 @@ func TestClaimedStartAnswerLost(t *testing.T) {
 	t.Parallel()
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		// The first start that takes the lock lands, its answer is lost.
-		hook := &loseAnswer{match: func(c redis.Cmder) bool { return taskWrite(c, "6") }}
+		hook := &loseAnswer{match: func(c redis.Cmder) bool { return taskWrite(c, true) }}
 		hooked := withHook(be, hook)
 		b := setup(t, hooked)
 		v := b.create(spec([]task.StageSpec{b.httpStage("one", task.RetryPolicy{})}, "t-lost"))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,24 +25,40 @@ type loseAnswer struct {
 	hits  atomic.Int32
 }
 
-// loseFinalAnswer loses the answer of the first task write (write_task.lua,
-// five keys) to COMPLETED.
+// loseFinalAnswer loses the answer of the first task write (write_task.lua
+// under a lock taken before) to COMPLETED.
 func loseFinalAnswer() *loseAnswer {
 	return &loseAnswer{match: func(c redis.Cmder) bool {
-		return taskWrite(c, "5") && writesStatus(c, task.StatusCompleted)
+		return taskWrite(c, false) && writesStatus(c, task.StatusCompleted)
 	}}
 }
 
-// taskWrite reports whether c is a task write with keys keys ("5":
-// write_task.lua after the lock; "6": a start that takes the lock).
-func taskWrite(c redis.Cmder, keys string) bool {
+// taskWrite reports whether c is a task write (write_task.lua: its first
+// keys are the record and the checkpoint) that takes the tenant lock
+// (start_lock.lua: the fence counter among its keys) or not, by its keys
+// rather than their count, which the key layout changes.
+func taskWrite(c redis.Cmder, takesLock bool) bool {
 	args := c.Args()
-	return (c.Name() == "evalsha" || c.Name() == "eval") && len(args) >= 3 && fmt.Sprint(args[2]) == keys
+	if (c.Name() != "evalsha" && c.Name() != "eval") || len(args) < 5 {
+		return false
+	}
+	n, err := strconv.Atoi(fmt.Sprint(args[2]))
+	if err != nil || n < 2 || len(args) < 3+n {
+		return false
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = asString(args[3+i])
+	}
+	if !strings.Contains(keys[0], "task:{") || !strings.Contains(keys[1], "ckpt:{") {
+		return false
+	}
+	return strings.Contains(keys[n-1], "fence:tenant:{") == takesLock
 }
 
 func writesStatus(c redis.Cmder, st task.Status) bool {
 	for _, a := range c.Args()[3:] {
-		if s, ok := a.(*string); ok && *s == string(st) {
+		if asString(a) == string(st) {
 			return true
 		}
 	}
@@ -164,7 +182,7 @@ func (h *failFirstStart) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 }
 
 func (h *failFirstStart) hit(c redis.Cmder) bool {
-	if !(taskWrite(c, "5") || taskWrite(c, "6")) || !writesStatus(c, task.StatusRunning) || h.hits.Add(1) != 1 {
+	if !(taskWrite(c, false) || taskWrite(c, true)) || !writesStatus(c, task.StatusRunning) || h.hits.Add(1) != 1 {
 		return false
 	}
 	c.SetErr(replyError("ERR injected start write failure"))
