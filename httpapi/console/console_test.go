@@ -173,6 +173,8 @@ func TestPagesOrphanedTask(t *testing.T) {
 	ghost := b.newCoordinator("coord-a")
 	pv := b.createPlan(ghost, "ghost", "t-orphan", "t-fine")
 	b.waitTask("t-orphan", task.StatusRunning)
+	// Until t-fine has finished, it is RUNNING by coord-a: orphaned too.
+	b.waitTask("t-fine", task.StatusCompleted)
 	br := b.signedIn(operatorSecret)
 	pp := br.get(b.ui("plans/"+pv.ID+"?orphaned=1")).mustStatus(t, 200, "plan")
 	pp.mustContain(t, "plan", `id="row-t-orphan"`, "⚠ orphaned", `id="retry-orphaned"`)
