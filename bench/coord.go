@@ -199,7 +199,9 @@ type instanceOpts struct {
 // newNamedInstance is newInstance with the options o, for several
 // instances on one store.
 func (e *env) newNamedInstance(client redis.UniversalClient, prefix string, o instanceOpts) (*instance, error) {
-	redisStore, err := repository.NewRedis(client, repository.Config{Prefix: prefix})
+	// Legacy keys as cmd/deploycoord's default: on until the first
+	// heartbeat's listing of instances shows none of an older layout.
+	redisStore, err := repository.NewRedis(client, repository.Config{Prefix: prefix, LegacyKeys: repository.LegacyKeysAuto})
 	if err != nil {
 		return nil, err
 	}

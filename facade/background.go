@@ -185,7 +185,7 @@ func (c *Coordinator) Instances(ctx context.Context) ([]InstanceView, error) {
 			// machine the record may have lapsed, leaving the index's
 			// last-seen time only.
 			me := c.self()
-			me.LastSeen = in.LastSeen
+			me.LastSeen, me.StorageLayout = in.LastSeen, in.StorageLayout
 			self = true
 			out = append(out, InstanceView{Instance: me, Alive: true})
 			continue

@@ -321,6 +321,10 @@ type Instance struct {
 	TasksRunning int `json:"tasksRunning"`
 	// SingleInstance is true when it runs in single-instance mode.
 	SingleInstance bool `json:"singleInstance"`
+	// StorageLayout is the layout of the Redis keys its version writes (1:
+	// versions before the field; absent when unknown): see the operations
+	// runbook, "Upgrading".
+	StorageLayout int `json:"storageLayout,omitempty"`
 	// Alive is true when it heartbeated within one lock lease.
 	Alive bool `json:"alive"`
 }
@@ -395,7 +399,7 @@ type SelfCheck struct {
 func instanceJSON(v facade.InstanceView) Instance {
 	return Instance{
 		ID: v.ID, Addr: v.Addr, Version: v.Version, StartedAt: timeOrNull(v.StartedAt), LastSeen: timeOrNull(v.LastSeen),
-		TasksRunning: v.TasksRunning, SingleInstance: v.SingleInstance, Alive: v.Alive,
+		TasksRunning: v.TasksRunning, SingleInstance: v.SingleInstance, StorageLayout: v.StorageLayout, Alive: v.Alive,
 	}
 }
 

@@ -80,6 +80,10 @@ type Config struct {
 	// before it compares the value, and puts a lock held by another value
 	// back with this TTL — which that holder's renewals give it anyway.
 	LockLease time.Duration
+	// LegacyKeys says when plan creations also write the keys instances of
+	// storage layout 1 read, for rolling upgrades (see legacy.go; default
+	// LegacyKeysOff, "" too; cmd/deploycoord's default is LegacyKeysAuto).
+	LegacyKeys LegacyKeys
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -93,6 +97,11 @@ func (c Config) withDefaults() (Config, error) {
 	c.LockLease = cmp.Or(c.LockLease, LockLeaseDefault)
 	if c.Clock == nil {
 		c.Clock = time.Now
+	}
+	if c.LegacyKeys == "" {
+		c.LegacyKeys = LegacyKeysOff
+	} else if _, err := ParseLegacyKeys(string(c.LegacyKeys)); err != nil {
+		return c, err
 	}
 	switch {
 	case c.TTL < time.Millisecond:

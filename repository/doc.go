@@ -42,7 +42,11 @@
 //	                                                                                       on register)
 //	{p}instance:{<id>}                     HASH    instance record (id, addr, version,     registration
 //	                                               startedAt, lastSeen, tasksRunning,      ttl
-//	                                               singleInstance)
+//	                                               singleInstance, storageLayout)
+//	{p}index:tenant:{tenantId}             STRING  storage layout 1's tenant index and     Config.TTL
+//	{p}taskref:{taskId}                    STRING  taskref, written only for instances of
+//	                                               that layout (Config.LegacyKeys,
+//	                                               legacy.go)
 //
 // TTLs are set when a key is created and given again by the writes that
 // touch it once it has lost more than min(TTL/100, 30 s) of it: a task

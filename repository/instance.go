@@ -23,6 +23,7 @@ const (
 	fLastSeen     = "lastSeen"
 	fTasksRunning = "tasksRunning"
 	fSingle       = "singleInstance"
+	fLayout       = "storageLayout"
 )
 
 func checkRegistration(inst task.Instance, ttl time.Duration) error {
@@ -40,6 +41,7 @@ func instanceRecord(inst task.Instance) []any {
 		fID, inst.ID, fAddr, inst.Addr, fVersion, inst.Version,
 		fStartedAt, formatTime(inst.StartedAt), fLastSeen, formatTime(inst.LastSeen),
 		fTasksRunning, strconv.Itoa(inst.TasksRunning), fSingle, formatBool(inst.SingleInstance),
+		fLayout, strconv.Itoa(StorageLayout),
 	}
 }
 
@@ -49,6 +51,10 @@ func decodeInstance(key string, m map[string]string) (task.Instance, error) {
 		ID: r.str(fID), Addr: r.str(fAddr), Version: r.str(fVersion),
 		StartedAt: r.time(fStartedAt), LastSeen: r.time(fLastSeen),
 		TasksRunning: r.int(fTasksRunning), SingleInstance: r.bool(fSingle),
+		StorageLayout: 1, // versions before the field
+	}
+	if _, ok := m[fLayout]; ok {
+		inst.StorageLayout = r.int(fLayout)
 	}
 	return inst, r.err
 }
@@ -156,6 +162,7 @@ func (r *Redis) Instances(ctx context.Context) ([]task.Instance, error) {
 		}
 		out[i] = inst
 	}
+	r.legacy.observe(out)
 	return out, nil
 }
 
@@ -177,6 +184,7 @@ func (m *Memory) RegisterInstance(_ context.Context, inst task.Instance, ttl tim
 		inst.LastSeen = now
 	}
 	inst.StartedAt, inst.LastSeen = utc(inst.StartedAt), utc(inst.LastSeen)
+	inst.StorageLayout = StorageLayout
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.instances[inst.ID] = &memInstance{inst: inst, expires: now.Add(ttl)}

@@ -52,7 +52,7 @@ func TestInstanceRegistry(t *testing.T) {
 	eachStoreTimed(t, func(t *testing.T, e *env, advance func(time.Duration)) {
 		ctx := ctxT(t)
 		a := task.Instance{ID: "coord-a", Addr: "10.0.0.1:8080", Version: "1.4.0", StartedAt: t0.Add(-time.Hour),
-			LastSeen: e.clock.Now(), TasksRunning: 3, SingleInstance: true}
+			LastSeen: e.clock.Now(), TasksRunning: 3, SingleInstance: true, StorageLayout: 1}
 		if n := roundTrips(e, func() {
 			if err := e.store.RegisterInstance(ctx, a, time.Second); err != nil {
 				t.Fatalf("RegisterInstance: %v", err)
@@ -67,6 +67,8 @@ func TestInstanceRegistry(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.LastSeen = e.clock.Now()
+		// The store stamps its own layout, whatever the caller says.
+		a.StorageLayout, b.StorageLayout = StorageLayout, StorageLayout
 
 		var got []task.Instance
 		if n := roundTrips(e, func() {

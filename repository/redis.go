@@ -36,6 +36,9 @@ type Redis struct {
 	// last remembers tasks' last acknowledged writes, for delta writes
 	// (nil: Config.FullWrites).
 	last *lastWrites
+	// legacy says whether creations write the keys of storage layout 1
+	// (Config.LegacyKeys).
+	legacy *legacyKeys
 }
 
 // NewRedis returns a store on client. Zero fields of cfg mean the defaults;
@@ -53,7 +56,7 @@ func NewRedis(client redis.UniversalClient, cfg Config) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Redis{c: client, keys: keys, cfg: cfg, scanMax: ScanMax}
+	r := &Redis{c: client, keys: keys, cfg: cfg, scanMax: ScanMax, legacy: newLegacyKeys(cfg.LegacyKeys)}
 	if !cfg.NoWriteBatching {
 		r.batcher = &writeBatcher{max: cfg.WriteBatchMax, sendNow: r.sendNow}
 	}

@@ -51,13 +51,15 @@ func (r *Redis) CreatePlan(ctx context.Context, p *plan.Plan, tasks []*task.Task
 		return fmt.Errorf("%s: %w", op, ErrPlanExists)
 	}
 
+	// One answer for the whole plan: its rollback undoes what it wrote.
+	legacy := r.legacy.on.Load()
 	written := 0
 	for start := 0; start == 0 || start < len(tasks); start += r.cfg.Batch {
 		end := min(start+r.cfg.Batch, len(tasks))
 		written = end
-		err := r.createBatch(ctx, p, tasks, start, end, now)
+		err := r.createBatch(ctx, p, tasks, start, end, now, legacy)
 		if err != nil {
-			r.rollbackPlan(ctx, pk, p.ID, r.keysOf(tasks[:written]))
+			r.rollbackPlan(ctx, pk, p.ID, r.keysOf(tasks[:written]), legacy)
 			if errors.Is(err, task.ErrInvalid) {
 				return fmt.Errorf("%s: %w", op, err)
 			}
@@ -81,7 +83,7 @@ func (r *Redis) keysOf(tasks []*task.Task) []taskKeys {
 
 // createBatch writes tasks[start:end] of a new plan in one pipeline (with
 // the plans index when end is the last task).
-func (r *Redis) createBatch(ctx context.Context, p *plan.Plan, tasks []*task.Task, start, end int, now time.Time) error {
+func (r *Redis) createBatch(ctx context.Context, p *plan.Plan, tasks []*task.Task, start, end int, now time.Time, legacy bool) error {
 	pk, _ := r.keys.planKeys(p.ID)
 	ttl := r.ttlMs()
 	pp := r.pipeline()
@@ -110,6 +112,9 @@ func (r *Redis) createBatch(ctx context.Context, p *plan.Plan, tasks []*task.Tas
 		pp.p.PExpire(ctx, k.task, r.cfg.TTL)
 		pp.p.ZAdd(ctx, k.history, redis.Z{Score: float64(scoreOf(t.CreatedAt, now)), Member: t.ID})
 		pp.p.PExpire(ctx, k.history, r.cfg.TTL)
+		if legacy {
+			r.writeLegacy(ctx, pp, k, t)
+		}
 		if refs == nil {
 			refs = make(map[string][]any, 16)
 		}
@@ -174,17 +179,15 @@ func (r *Redis) RecreatePlan(ctx context.Context, p *plan.Plan, tasks []*task.Ta
 		return err
 	}
 	pk, _ := r.keys.planKeys(p.ID)
-	tks := make([]taskKeys, len(tasks))
-	for i, t := range tasks {
-		tks[i], _ = r.keys.taskKeys(t.TenantID, t.ID)
-	}
-	r.rollbackPlan(ctx, pk, p.ID, tks)
+	// The first creation may have written the keys of layout 1 whatever
+	// the mode is now; undoing them where it did not changes nothing.
+	r.rollbackPlan(ctx, pk, p.ID, r.keysOf(tasks), true)
 	return r.CreatePlan(ctx, p, tasks)
 }
 
 // rollbackPlan deletes a plan created in part, best effort, with its own
 // deadline (the caller's context may be what failed).
-func (r *Redis) rollbackPlan(ctx context.Context, pk planKeys, planID string, tasks []taskKeys) {
+func (r *Redis) rollbackPlan(ctx context.Context, pk planKeys, planID string, tasks []taskKeys, legacy bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	pp := r.pipeline()
@@ -204,6 +207,9 @@ func (r *Redis) rollbackPlan(ctx context.Context, pk planKeys, planID string, ta
 		pp.p.Del(ctx, k.task)
 		pp.p.HDel(ctx, k.ref, k.id)
 		pp.p.ZRem(ctx, k.history, k.id)
+		if legacy {
+			r.rollbackLegacy(ctx, pp, k)
+		}
 		if n++; n >= r.cfg.Batch {
 			flush()
 		}

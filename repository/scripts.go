@@ -43,6 +43,8 @@ var (
 	finishIdempotencyLua string
 	//go:embed scripts/append_events.lua
 	appendEventsLua string
+	//go:embed scripts/legacy_index.lua
+	legacyIndexLua string
 )
 
 // script is one Lua script, run with EVALSHA and, when Redis does not know
@@ -82,12 +84,13 @@ var (
 	claimIdempotencyScript  = newScript("claim_idempotency", claimIdempotencyLua)
 	finishIdempotencyScript = newScript("finish_idempotency", finishIdempotencyLua)
 	appendEventsScript      = newScript("append_events", appendEventsLua)
+	legacyIndexScript       = newScript("legacy_index", legacyIndexLua)
 
 	allScripts = []*script{
 		writeTaskScript, startTaskScript, movePlanCountsScript, correctPlanCountsScript, repairPlanCountsScript,
 		requestTaskScript, beatTaskScript, updatePlanScript, createPlanScript, pushPlanTasksScript,
 		listPlanTasksScript, claimIdempotencyScript, finishIdempotencyScript,
-		appendEventsScript, searchPlanTasksScript, searchPruneScript, reindexPlanScript,
+		appendEventsScript, searchPlanTasksScript, searchPruneScript, reindexPlanScript, legacyIndexScript,
 	}
 )
 

@@ -16,6 +16,10 @@ type Instance struct {
 	TasksRunning int
 	// SingleInstance is true when it runs in single-instance mode.
 	SingleInstance bool
+	// StorageLayout is the layout of the Redis keys its version writes
+	// (stamped by the store at registration, repository.StorageLayout): 1
+	// for versions before the field; 0 when unknown (Gone).
+	StorageLayout int
 	// Gone is true when its live record is gone: it deregistered at a clean
 	// shutdown, or its record expired. Only its id and last heartbeat are
 	// known then.

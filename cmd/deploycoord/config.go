@@ -17,6 +17,7 @@ import (
 
 	"github.com/deploycoord/deploycoord/httpapi"
 	"github.com/deploycoord/deploycoord/httpapi/console"
+	"github.com/deploycoord/deploycoord/repository"
 )
 
 // Config is the server's configuration. Every field has an environment
@@ -42,6 +43,7 @@ type Config struct {
 	InstanceID      string
 	KeyPrefix       string
 	LockLease       time.Duration
+	LegacyKeys      repository.LegacyKeys
 	Pipelines       string
 	InlineKinds     []string
 	InlineHTTPHosts []string
@@ -172,6 +174,9 @@ func settings() []setting {
 			boolSetter(func(c *Config) *bool { return &c.UI })},
 		{"ui-base-path", "DEPLOYCOORD_UI_BASE_PATH", "", "path prefix of the web console behind a reverse proxy (like /deploycoord: links and cookies use /deploycoord/ui/)",
 			func(c *Config, v string) error { c.UIBasePath = v; return nil }},
+		{"legacy-keys", "DEPLOYCOORD_LEGACY_KEYS", "auto", "write the keys instances of older versions (storage layout 1) read: auto (while one is alive: rolling upgrades), " +
+			"on (always: before a downgrade), off",
+			func(c *Config, v string) (err error) { c.LegacyKeys, err = repository.ParseLegacyKeys(v); return err }},
 		{"advertise-addr", "DEPLOYCOORD_ADVERTISE_ADDR", "", "host:port shown for this instance in GET /v1/instances (default the address the API listens on)",
 			func(c *Config, v string) error { c.AdvertiseAddr = v; return nil }},
 	}

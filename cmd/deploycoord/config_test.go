@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
 )
 
@@ -49,6 +50,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		{"MaxBodyBytes", c.MaxBodyBytes, int64(16 << 20)},
 		{"UI", c.UI, true},
 		{"UIBasePath", c.UIBasePath, ""},
+		{"LegacyKeys", c.LegacyKeys, repository.LegacyKeysAuto},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -118,6 +120,18 @@ func TestParseConfigSources(t *testing.T) {
 					t.Errorf("env without a flag should apply: ttl %s, want 2h", c.TTL)
 				}
 			}},
+		{"LegacyKeys", []string{"-legacy-keys", "off"}, []string{"DEPLOYCOORD_LEGACY_KEYS=on"},
+			func(t *testing.T, c Config) {
+				if c.LegacyKeys != repository.LegacyKeysOff {
+					t.Errorf("legacy keys %q, want the flag's off", c.LegacyKeys)
+				}
+			}},
+		{"LegacyKeysFromEnv", nil, []string{"DEPLOYCOORD_LEGACY_KEYS=on"},
+			func(t *testing.T, c Config) {
+				if c.LegacyKeys != repository.LegacyKeysOn {
+					t.Errorf("legacy keys %q, want on", c.LegacyKeys)
+				}
+			}},
 		{"EmptyEnvMeansDefault", nil, []string{"DEPLOYCOORD_KEY_PREFIX=", "DEPLOYCOORD_LOCK_LEASE="},
 			func(t *testing.T, c Config) {
 				if c.KeyPrefix != "executor:" || c.LockLease != time.Minute {
@@ -178,6 +192,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"ErrPlanPollTooLong", []string{"-plan-poll", "2m"}, nil, []string{"DEPLOYCOORD_PLAN_POLL", "between 10ms and 1m"}},
 		{"ErrPlanPollNotADuration", nil, []string{"DEPLOYCOORD_PLAN_POLL=1\n"}, []string{"DEPLOYCOORD_PLAN_POLL / -plan-poll"}},
 		{"ErrSharedPlansNotABool", nil, []string{"DEPLOYCOORD_SHARED_PLANS=yes"}, []string{"DEPLOYCOORD_SHARED_PLANS / -shared-plans"}},
+		{"ErrLegacyKeys", nil, []string{"DEPLOYCOORD_LEGACY_KEYS=yes"}, []string{"DEPLOYCOORD_LEGACY_KEYS / -legacy-keys", `"yes"`, "auto, on or off"}},
+		{"ErrLegacyKeysCase", []string{"-legacy-keys", "AUTO"}, nil, []string{"DEPLOYCOORD_LEGACY_KEYS / -legacy-keys", "auto, on or off"}},
+		{"ErrLegacyKeysHostile", []string{"-legacy-keys", "on\x00{x}*"}, nil, []string{"DEPLOYCOORD_LEGACY_KEYS / -legacy-keys", "auto, on or off"}},
 		{"ErrUnexpectedArguments", []string{"serve"}, nil, []string{"unexpected arguments", "serve"}},
 		{"ErrUnknownFlag", []string{"-no-such-flag"}, nil, []string{"no-such-flag"}},
 		{"ErrSeveralAtOnce", []string{"-ttl", "1m", "-log-level", "loud"}, nil, []string{"DEPLOYCOORD_TTL", "DEPLOYCOORD_LOG_LEVEL"}},

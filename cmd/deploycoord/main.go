@@ -158,7 +158,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.openRedis(ctx); err != nil {
 		return err
 	}
-	redisStore, err := repository.NewRedis(m.client, repository.Config{Prefix: c.KeyPrefix, TTL: c.TTL, LockLease: c.LockLease})
+	redisStore, err := repository.NewRedis(m.client, repository.Config{Prefix: c.KeyPrefix, TTL: c.TTL, LockLease: c.LockLease, LegacyKeys: c.LegacyKeys})
 	if err != nil {
 		return err
 	}
@@ -269,7 +269,7 @@ func (m *Main) Run(ctx context.Context) error {
 	go func() { m.served <- m.server.Serve(ln) }()
 	m.Log.Info().Str("addr", m.Addr).Str("advertise_addr", advertise).Str("version", Version).Str("key_prefix", c.KeyPrefix).
 		Dur("lock_lease", c.LockLease).Int("pipelines", len(pipelines)).Bool("single_instance", c.SingleInstance).Bool("shared_plans", c.SharedPlans && !c.SingleInstance).
-		Str("redis", m.redisAddr).Int("redis_pool_size", m.redisPool).Str("console", home).Bool("starts_take_lock", m.coord.StartsTakeLock()).Msg("listening")
+		Str("redis", m.redisAddr).Int("redis_pool_size", m.redisPool).Str("console", home).Bool("starts_take_lock", m.coord.StartsTakeLock()).Str("legacy_keys", string(c.LegacyKeys)).Msg("listening")
 	return nil
 }
 

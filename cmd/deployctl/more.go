@@ -61,16 +61,19 @@ func (a *app) instances(ctx context.Context, fs *flag.FlagSet, args []string) er
 		return printJSON(a.stdout, raw)
 	}
 	now := a.now()
-	t := newTable(a.stdout, "INSTANCE", "ALIVE", "ADDR", "VERSION", "RUNNING", "LAST SEEN", "STARTED", "MODE")
+	t := newTable(a.stdout, "INSTANCE", "ALIVE", "ADDR", "VERSION", "LAYOUT", "RUNNING", "LAST SEEN", "STARTED", "MODE")
 	for _, in := range list.Instances {
-		alive, mode := "no", "shared"
+		alive, mode, layout := "no", "shared", "-"
 		if in.Alive {
 			alive = "yes"
 		}
 		if in.SingleInstance {
 			mode = "single-instance"
 		}
-		t.row(cell(in.ID), alive, cell(in.Addr), cell(in.Version), strconv.Itoa(in.TasksRunning), ago(in.LastSeen, now), ago(in.StartedAt, now), mode)
+		if in.StorageLayout > 0 {
+			layout = strconv.Itoa(in.StorageLayout)
+		}
+		t.row(cell(in.ID), alive, cell(in.Addr), cell(in.Version), layout, strconv.Itoa(in.TasksRunning), ago(in.LastSeen, now), ago(in.StartedAt, now), mode)
 	}
 	return t.flush()
 }

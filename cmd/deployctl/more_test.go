@@ -26,7 +26,7 @@ func TestHistoryCheckpointInstancesVersion(t *testing.T) {
 	must(t, s.cli(t, "checkpoint", "--tenant", "t-h"), 0, "stdout", "TENANT", "t-h", "COMPLETED", "prepare", "ATTEMPT", "1", "SAVED")
 	must(t, s.cli(t, "checkpoint", "--tenant", "t-nobody"), 3, "stderr", "NOT_FOUND")
 
-	must(t, s.cli(t, "instances"), 0, "stdout", "INSTANCE", "ALIVE", "VERSION", "RUNNING")
+	must(t, s.cli(t, "instances"), 0, "stdout", "INSTANCE", "ALIVE", "VERSION", "LAYOUT", "RUNNING")
 	must(t, s.cli(t, "version"), 0, "stdout", "deployctl  dev")
 	if m := decode(t, s.cli(t, "version", "-o", "json").stdout); m["deployctl"] != "dev" {
 		t.Errorf("version -o json = %v", m)

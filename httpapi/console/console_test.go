@@ -27,6 +27,7 @@ func TestPagesEmptyStore(t *testing.T) {
 		{b.ui(""), 200, "No plans yet"},
 		{b.ui("?status=FAILED"), 200, "No plans with status FAILED"},
 		{b.ui("instances"), 200, "coord-a"},
+		{b.ui("instances"), 200, "Key layout"},
 		{b.ui("tenants/t-none"), 404, "tenant t-none has no task"},
 		{b.ui("plans/plan-01JDQZV5X8M7R2K9C3B4N6P0QS"), 404, "NOT_FOUND"},
 		{b.ui("plans/not-a-plan"), 400, "is not a plan id"},

@@ -1,0 +1,260 @@
+package repository
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+)
+
+// layout1 reads as instances of storage layout 1 do: a tenant's current
+// task from the index STRING, a task's tenant from the taskref STRING.
+type layout1 struct {
+	e *env
+}
+
+func (l layout1) current(ctx context.Context, tenantID string) (string, error) {
+	return l.e.client.Get(ctx, l.e.prefix+"index:tenant:{"+tenantID+"}").Result()
+}
+
+func (l layout1) tenantOf(ctx context.Context, taskID string) (string, error) {
+	return l.e.client.Get(ctx, l.e.prefix+"taskref:{"+taskID+"}").Result()
+}
+
+// checkLayout1 fails unless an instance of layout 1 finds fx's tasks: the
+// current task of each tenant and each task's tenant, both keys with the
+// store's TTL.
+func (l layout1) check(t *testing.T, fx fixture) {
+	t.Helper()
+	ctx := ctxT(t)
+	for _, tk := range fx.tasks {
+		if id, err := l.current(ctx, tk.TenantID); err != nil || id != tk.ID {
+			t.Fatalf("layout 1: current task of %s = %q, %v; want %s", tk.TenantID, id, err, tk.ID)
+		}
+		if tn, err := l.tenantOf(ctx, tk.ID); err != nil || tn != tk.TenantID {
+			t.Fatalf("layout 1: tenant of %s = %q, %v; want %s", tk.ID, tn, err, tk.TenantID)
+		}
+		for _, k := range []string{l.e.prefix + "index:tenant:{" + tk.TenantID + "}", l.e.prefix + "taskref:{" + tk.ID + "}"} {
+			if ttl := l.e.client.PTTL(ctx, k).Val(); ttl <= 0 || ttl > TTLDefault {
+				t.Fatalf("layout 1: %s has TTL %s, want (0, %s]", k, ttl, TTLDefault)
+			}
+		}
+	}
+}
+
+// none fails if a layout-1 key names fx's tasks: a tenant index STRING
+// (one an earlier creation wrote may name an earlier task) or a taskref
+// STRING.
+func (l layout1) none(t *testing.T, fx fixture) {
+	t.Helper()
+	ctx := ctxT(t)
+	for _, tk := range fx.tasks {
+		if id, err := l.current(ctx, tk.TenantID); id == tk.ID {
+			t.Fatalf("the layout-1 index of %s names %s (%v) while legacy keys are off", tk.TenantID, id, err)
+		}
+		if n := l.e.client.Exists(ctx, l.e.prefix+"taskref:{"+tk.ID+"}").Val(); n != 0 {
+			t.Fatalf("the layout-1 taskref of %s was written while legacy keys are off", tk.ID)
+		}
+	}
+}
+
+// With LegacyKeysOn, a plan's creation writes what instances of layout 1
+// read, so that they name a tenant's newest task and find a task by id;
+// and the store itself reads as before.
+func TestLegacyKeysOn(t *testing.T) {
+	t.Parallel()
+	eachRedis(t, Config{LegacyKeys: LegacyKeysOn}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		old := layout1{e}
+		first := createPlan(t, e, 3, 0)
+		old.check(t, first)
+		second := createPlan(t, e, 2, 0) // tenants 0 and 1 again, in the same millisecond
+		old.check(t, second)
+		if id, _ := old.current(ctx, first.tasks[2].TenantID); id != first.tasks[2].ID {
+			t.Fatalf("tenant 2's index moved to %q", id)
+		}
+		if got, _, err := e.store.TaskByTenant(ctx, second.tasks[0].TenantID); err != nil || got.ID != second.tasks[0].ID {
+			t.Fatalf("TaskByTenant = %v, %v; want %s", got, err, second.tasks[0].ID)
+		}
+		if !e.redis.LegacyKeysOn() {
+			t.Fatal("LegacyKeysOn() = false with LegacyKeysOn")
+		}
+		// A listing without any older instance does not turn "on" off.
+		if _, err := e.store.Instances(ctx); err != nil || !e.redis.LegacyKeysOn() {
+			t.Fatalf("after a listing: on = %v, %v", e.redis.LegacyKeysOn(), err)
+		}
+	})
+}
+
+// registerLayout1 writes an instance record as versions of layout 1 did:
+// no storageLayout field.
+func registerLayout1(t *testing.T, e *env, id string, ttl time.Duration) {
+	t.Helper()
+	ctx := ctxT(t)
+	k, err := e.redis.keys.Instance(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := e.clock.Now()
+	e.client.HSet(ctx, k, fID, id, fAddr, "10.0.0.9:8080", fVersion, "v0.9.0", fStartedAt, formatTime(now),
+		fLastSeen, formatTime(now), fTasksRunning, "0", fSingle, "0")
+	e.client.PExpire(ctx, k, ttl)
+	e.client.ZAdd(ctx, e.redis.keys.Instances(), redis.Z{Score: float64(now.UnixMilli()), Member: id})
+}
+
+// With LegacyKeysAuto the store writes the keys of layout 1 from its start
+// until a listing of instances shows none of layout 1 alive, and again
+// while one is.
+func TestLegacyKeysAuto(t *testing.T) {
+	t.Parallel()
+	eachRedis(t, Config{LegacyKeys: LegacyKeysAuto}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		old := layout1{e}
+		if !e.redis.LegacyKeysOn() {
+			t.Fatal("off before the first listing of instances")
+		}
+		old.check(t, createPlan(t, e, 2, 0))
+
+		if err := e.store.RegisterInstance(ctx, task.Instance{ID: "coord-new"}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.store.Instances(ctx); err != nil || e.redis.LegacyKeysOn() {
+			t.Fatalf("alone with its own layout: on = %v, %v; want off", e.redis.LegacyKeysOn(), err)
+		}
+		old.none(t, createPlan(t, e, 2, 0))
+
+		// An instance of layout 1 joins (a rolling upgrade, or a
+		// downgrade's first old instance).
+		registerLayout1(t, e, "coord-old", time.Hour)
+		insts, err := e.store.Instances(ctx)
+		if err != nil || !e.redis.LegacyKeysOn() {
+			t.Fatalf("with coord-old alive: on = %v, %v; want on", e.redis.LegacyKeysOn(), err)
+		}
+		layouts := map[string]int{}
+		for _, in := range insts {
+			layouts[in.ID] = in.StorageLayout
+		}
+		if layouts["coord-old"] != 1 || layouts["coord-new"] != StorageLayout {
+			t.Fatalf("listed layouts %v, want coord-old 1, coord-new %d", layouts, StorageLayout)
+		}
+		withOld := createPlan(t, e, 2, 0)
+		old.check(t, withOld)
+
+		// A listing that fails leaves the mode as it was.
+		broken := redistest.Clone(t, e.client)
+		broken.AddHook(failAll{})
+		rb, _ := NewRedis(broken, Config{Prefix: e.prefix, LegacyKeys: LegacyKeysAuto})
+		rb.legacy.on.Store(false)
+		if _, err := rb.Instances(ctx); err == nil || rb.LegacyKeysOn() {
+			t.Fatalf("a failed listing: %v, on = %v", err, rb.LegacyKeysOn())
+		}
+
+		// It stops (deregisters: its record goes, its entry stays): off.
+		if err := e.store.DeregisterInstance(ctx, "coord-old"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.store.Instances(ctx); err != nil || e.redis.LegacyKeysOn() {
+			t.Fatalf("coord-old gone: on = %v, %v; want off", e.redis.LegacyKeysOn(), err)
+		}
+		after := createPlan(t, e, 2, 0)
+		old.none(t, after)
+		// What was written while it was alive stays readable for it.
+		if tn, err := old.tenantOf(ctx, withOld.tasks[1].ID); err != nil || tn != withOld.tasks[1].TenantID {
+			t.Fatalf("taskref STRING of %s: %q, %v", withOld.tasks[1].ID, tn, err)
+		}
+	})
+}
+
+// failAll fails every command and pipeline (a Redis that does not answer).
+type failAll struct{}
+
+func (failAll) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (failAll) ProcessHook(redis.ProcessHook) redis.ProcessHook {
+	return func(context.Context, redis.Cmder) error { return errors.New("injected: connection refused") }
+}
+func (failAll) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(context.Context, []redis.Cmder) error { return errors.New("injected: connection refused") }
+}
+
+// With LegacyKeysOff nothing of layout 1 is written, whoever is alive.
+func TestLegacyKeysOff(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []LegacyKeys{"", LegacyKeysOff} {
+		eachRedis(t, Config{LegacyKeys: mode}, func(t *testing.T, e *env) {
+			registerLayout1(t, e, "coord-old", time.Hour)
+			if _, err := e.store.Instances(ctxT(t)); err != nil || e.redis.LegacyKeysOn() {
+				t.Fatalf("mode %q with coord-old alive: on = %v, %v; want off", mode, e.redis.LegacyKeysOn(), err)
+			}
+			layout1{e}.none(t, createPlan(t, e, 2, 0))
+		})
+	}
+}
+
+// A creation that fails midway with legacy keys on leaves the keys of
+// layout 1 as they were: each tenant's index names its task before again
+// (or is gone), no taskref STRING stays.
+func TestLegacyKeysRollback(t *testing.T) {
+	t.Parallel()
+	for _, b := range redistest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			c, prefix := b.New(t)
+			cfg := Config{Batch: 10, LegacyKeys: LegacyKeysOn}
+			e := newRedisEnv(t, c, prefix, cfg)
+			ctx := ctxT(t)
+			if err := e.redis.Preload(ctx); err != nil {
+				t.Fatal(err)
+			}
+			earlier := createPlan(t, e, 25, 0)
+			before := keysUnder(t, e)
+
+			c2 := redistest.Clone(t, c)
+			hook := &failPipeline{n: 3}
+			c2.AddHook(hook)
+			cfg.Prefix, cfg.Clock = prefix, e.clock.Now
+			r2, _ := NewRedis(c2, cfg)
+			_ = r2.Preload(ctx)
+			hook.seen = 0
+			e.clock.Add(time.Second)
+			now := e.clock.Now()
+			p := &plan.Plan{ID: plan.NewID(now), Status: plan.StatusCreated, TotalTasks: 30, CreatedAt: now}
+			tasks := make([]*task.Task, 30)
+			for i := range tasks {
+				tasks[i] = task.New(task.NewID(now), p.ID, tenantName(i), nil, stageNames, now)
+			}
+			if err := r2.CreatePlan(ctx, p, tasks); err == nil {
+				t.Fatal("CreatePlan with a broken batch succeeded")
+			}
+			if after := keysUnder(t, e); len(after) != len(before) {
+				t.Fatalf("rollback left %d keys, before there were %d: extra %v", len(after), len(before), diff(after, before))
+			}
+			layout1{e}.check(t, earlier)
+		})
+	}
+}
+
+func TestParseLegacyKeys(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"auto", "on", "off"} {
+		if m, err := ParseLegacyKeys(ok); err != nil || string(m) != ok {
+			t.Errorf("ParseLegacyKeys(%q) = %q, %v", ok, m, err)
+		}
+	}
+	for _, bad := range []string{"", "On", "true", "1", " auto", "auto\n", "{on}", "o*", "off:on", "\x00"} {
+		if _, err := ParseLegacyKeys(bad); !errors.Is(err, ErrConfig) {
+			t.Errorf("ParseLegacyKeys(%q): %v, want ErrConfig", bad, err)
+		}
+		if bad == "" {
+			continue // the zero Config value: off
+		}
+		if _, err := NewRedis(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Config{LegacyKeys: LegacyKeys(bad)}); !errors.Is(err, ErrConfig) {
+			t.Errorf("NewRedis with LegacyKeys %q: %v, want ErrConfig", bad, err)
+		}
+	}
+}
