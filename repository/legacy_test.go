@@ -185,13 +185,16 @@ func (failAll) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipel
 // With LegacyKeysOff nothing of layout 1 is written, whoever is alive.
 func TestLegacyKeysOff(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []LegacyKeys{"", LegacyKeysOff} {
-		eachRedis(t, Config{LegacyKeys: mode}, func(t *testing.T, e *env) {
-			registerLayout1(t, e, "coord-old", time.Hour)
-			if _, err := e.store.Instances(ctxT(t)); err != nil || e.redis.LegacyKeysOn() {
-				t.Fatalf("mode %q with coord-old alive: on = %v, %v; want off", mode, e.redis.LegacyKeysOn(), err)
-			}
-			layout1{e}.none(t, createPlan(t, e, 2, 0))
+	for name, mode := range map[string]LegacyKeys{"zero": "", "off": LegacyKeysOff} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			eachRedis(t, Config{LegacyKeys: mode}, func(t *testing.T, e *env) {
+				registerLayout1(t, e, "coord-old", time.Hour)
+				if _, err := e.store.Instances(ctxT(t)); err != nil || e.redis.LegacyKeysOn() {
+					t.Fatalf("mode %q with coord-old alive: on = %v, %v; want off", mode, e.redis.LegacyKeysOn(), err)
+				}
+				layout1{e}.none(t, createPlan(t, e, 2, 0))
+			})
 		})
 	}
 }
