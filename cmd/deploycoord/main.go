@@ -228,7 +228,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.runIDs.Store(m.coord)
-	m.metrics.Watch(metrics.State{Plans: m.coord, Degraded: m.store.Degraded, LongStages: m.coord.LongStages})
+	m.metrics.Watch(metrics.State{Plans: m.coord, Degraded: m.store.Degraded, LongStages: m.coord.LongStages, LegacyKeys: redisStore.LegacyKeysOn})
 	var (
 		mounts []httpapi.Mount
 		home   string

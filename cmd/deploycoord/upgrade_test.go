@@ -62,7 +62,14 @@ func TestFaultRollingUpgrade(t *testing.T) {
 		return current, byID
 	}
 
+	gauge := func(want float64) {
+		t.Helper()
+		if v, ok := n.metric("deploycoord_legacy_keys"); !ok || v != want {
+			t.Fatalf("deploycoord_legacy_keys = %v (exported: %v), want %v", v, ok, want)
+		}
+	}
 	beats()
+	gauge(0)
 	run("before")
 	if cur, byID := layout1(); cur["up-1"] != "" || byID["up-1"] {
 		t.Fatalf("layout-1 keys written with no instance of layout 1 alive: index %v, taskref %v", cur, byID)
@@ -88,6 +95,7 @@ func TestFaultRollingUpgrade(t *testing.T) {
 	if layouts["coord-old"] != 1 || layouts["coord-new"] != 2 {
 		t.Fatalf("GET /v1/instances storageLayout %v, want coord-old 1, coord-new 2", layouts)
 	}
+	gauge(1)
 	during := run("during")
 	cur, byID := layout1()
 	for _, id := range ids {
@@ -105,6 +113,7 @@ func TestFaultRollingUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	beats()
+	gauge(0)
 	run("after")
 	if _, byID := layout1(); byID["up-1"] || byID["up-2"] || byID["up-3"] {
 		t.Fatalf("taskref STRINGs written after the layout-1 instance stopped: %v", byID)

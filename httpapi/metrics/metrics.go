@@ -76,6 +76,9 @@ type State struct {
 	// instance for longer than half their timeout
 	// (facade.Coordinator.LongStages; no I/O).
 	LongStages func() int
+	// LegacyKeys feeds deploycoord_legacy_keys: whether plan creations write
+	// the keys of storage layout 1 now (repository.Redis.LegacyKeysOn).
+	LegacyKeys func() bool
 }
 
 // Recorder records deploycoord's metrics. It is safe for concurrent use;
@@ -96,6 +99,7 @@ type Recorder struct {
 	degradedDesc    *prometheus.Desc
 	orphanedDesc    *prometheus.Desc
 	longStagesDesc  *prometheus.Desc
+	legacyKeysDesc  *prometheus.Desc
 	plansDesc       *prometheus.Desc
 	scrapeErrorDesc *prometheus.Desc
 
@@ -146,6 +150,8 @@ func New(reg prometheus.Registerer) *Recorder {
 			"RUNNING tasks whose owner instance is gone, summed over the newest 100 RUNNING plans.", nil, nil),
 		longStagesDesc: prometheus.NewDesc(name("long_stages"),
 			"Stages running on this instance for longer than half their timeout (a hung target shows here before the timeout fails it; sum over instances).", nil, nil),
+		legacyKeysDesc: prometheus.NewDesc(name("legacy_keys"),
+			"1 while this instance's plan creations also write the keys instances of storage layout 1 read (DEPLOYCOORD_LEGACY_KEYS: an older version is alive, or on), else 0.", nil, nil),
 		plansDesc: prometheus.NewDesc(name("plans"),
 			"Plans by status among the newest 1000 plans (older ones are not counted).", []string{"status"}, nil),
 		scrapeErrorDesc: prometheus.NewDesc(name("state_scrape_failed"),
@@ -238,6 +244,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.m.degradedDesc
 	ch <- c.m.orphanedDesc
 	ch <- c.m.longStagesDesc
+	ch <- c.m.legacyKeysDesc
 	ch <- c.m.plansDesc
 	ch <- c.m.scrapeErrorDesc
 }
@@ -249,11 +256,10 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	if s.Degraded != nil {
-		v := 0.0
-		if s.Degraded() {
-			v = 1
-		}
-		ch <- prometheus.MustNewConstMetric(m.degradedDesc, prometheus.GaugeValue, v)
+		ch <- prometheus.MustNewConstMetric(m.degradedDesc, prometheus.GaugeValue, boolGauge(s.Degraded()))
+	}
+	if s.LegacyKeys != nil {
+		ch <- prometheus.MustNewConstMetric(m.legacyKeysDesc, prometheus.GaugeValue, boolGauge(s.LegacyKeys()))
 	}
 	if s.LongStages != nil {
 		ch <- prometheus.MustNewConstMetric(m.longStagesDesc, prometheus.GaugeValue, float64(s.LongStages()))
@@ -331,4 +337,11 @@ func orphanedTasks(ctx context.Context, r PlanReader) (int, error) {
 	}
 	wg.Wait()
 	return total, first
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -188,9 +188,16 @@ func TestRecorderState(t *testing.T) {
 		src := &plans{orphaned: map[string]int{"plan-0": 2, "plan-1": -1, "plan-2": 3}}
 		src.list = []facade.PlanView{planView(0, plan.StatusRunning), planView(1, plan.StatusRunning),
 			planView(2, plan.StatusRunning), planView(3, plan.StatusRunning), planView(4, plan.StatusFailed)}
-		var degraded atomic.Bool
+		var degraded, legacy atomic.Bool
 		var long atomic.Int64
-		m.Watch(metrics.State{Plans: src, Degraded: degraded.Load, LongStages: func() int { return int(long.Load()) }})
+		m.Watch(metrics.State{Plans: src, Degraded: degraded.Load, LongStages: func() int { return int(long.Load()) }, LegacyKeys: legacy.Load})
+		if got := must(t, reg, "deploycoord_legacy_keys"); got != 0 {
+			t.Errorf("legacy_keys = %v", got)
+		}
+		legacy.Store(true)
+		if got := must(t, reg, "deploycoord_legacy_keys"); got != 1 {
+			t.Errorf("legacy_keys = %v while they are written", got)
+		}
 		if got := must(t, reg, "deploycoord_long_stages"); got != 0 {
 			t.Errorf("long_stages = %v", got)
 		}
