@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/deploycoord/deploycoord/internal/redistest"
-	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 )
 
@@ -195,49 +194,6 @@ func TestLegacyKeysOff(t *testing.T) {
 				}
 				layout1{e}.none(t, createPlan(t, e, 2, 0))
 			})
-		})
-	}
-}
-
-// A creation that fails midway with legacy keys on leaves the keys of
-// layout 1 as they were: each tenant's index names its task before again
-// (or is gone), no taskref STRING stays.
-func TestLegacyKeysRollback(t *testing.T) {
-	t.Parallel()
-	for _, b := range redistest.Backends() {
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			c, prefix := b.New(t)
-			cfg := Config{Batch: 10, LegacyKeys: LegacyKeysOn}
-			e := newRedisEnv(t, c, prefix, cfg)
-			ctx := ctxT(t)
-			if err := e.redis.Preload(ctx); err != nil {
-				t.Fatal(err)
-			}
-			earlier := createPlan(t, e, 25, 0)
-			before := keysUnder(t, e)
-
-			c2 := redistest.Clone(t, c)
-			hook := &failPipeline{n: 3}
-			c2.AddHook(hook)
-			cfg.Prefix, cfg.Clock = prefix, e.clock.Now
-			r2, _ := NewRedis(c2, cfg)
-			_ = r2.Preload(ctx)
-			hook.seen = 0
-			e.clock.Add(time.Second)
-			now := e.clock.Now()
-			p := &plan.Plan{ID: plan.NewID(now), Status: plan.StatusCreated, TotalTasks: 30, CreatedAt: now}
-			tasks := make([]*task.Task, 30)
-			for i := range tasks {
-				tasks[i] = task.New(task.NewID(now), p.ID, tenantName(i), nil, stageNames, now)
-			}
-			if err := r2.CreatePlan(ctx, p, tasks); err == nil {
-				t.Fatal("CreatePlan with a broken batch succeeded")
-			}
-			if after := keysUnder(t, e); len(after) != len(before) {
-				t.Fatalf("rollback left %d keys, before there were %d: extra %v", len(after), len(before), diff(after, before))
-			}
-			layout1{e}.check(t, earlier)
 		})
 	}
 }

@@ -608,13 +608,26 @@ func (f *failPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
+// A creation that fails midway leaves nothing behind: with legacy keys on
+// (see legacy.go) the keys of layout 1 are as they were too — each tenant's
+// index names its task before again (or is gone), no taskref STRING stays.
 func TestRedisCreatePlanRollsBack(t *testing.T) {
 	t.Parallel()
+	for _, legacy := range []LegacyKeys{LegacyKeysOff, LegacyKeysOn} {
+		t.Run("legacy="+string(legacy), func(t *testing.T) {
+			t.Parallel()
+			testCreatePlanRollsBack(t, legacy)
+		})
+	}
+}
+
+func testCreatePlanRollsBack(t *testing.T, legacy LegacyKeys) {
 	for _, b := range redistest.Backends() {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			c, prefix := b.New(t)
-			e := newRedisEnv(t, c, prefix, Config{Batch: 10})
+			cfg := Config{Batch: 10, LegacyKeys: legacy}
+			e := newRedisEnv(t, c, prefix, cfg)
 			ctx := ctxT(t)
 			if err := e.redis.Preload(ctx); err != nil {
 				t.Fatal(err)
@@ -626,7 +639,8 @@ func TestRedisCreatePlanRollsBack(t *testing.T) {
 			c2 := redistest.Clone(t, c)
 			hook := &failPipeline{n: 3}
 			c2.AddHook(hook)
-			r2, _ := NewRedis(c2, Config{Prefix: prefix, Batch: 10, Clock: e.clock.Now})
+			cfg.Prefix, cfg.Clock = prefix, e.clock.Now
+			r2, _ := NewRedis(c2, cfg)
 			_ = r2.Preload(ctx)
 			hook.seen = 0
 			e.clock.Add(time.Second)
@@ -653,6 +667,9 @@ func TestRedisCreatePlanRollsBack(t *testing.T) {
 			}
 			if ps, _, _ := e.store.Plans(ctx, plan.ListFilter{}); len(ps) != 1 {
 				t.Fatalf("plans listed after the rollback: %d", len(ps))
+			}
+			if legacy == LegacyKeysOn {
+				layout1{e}.check(t, earlier)
 			}
 		})
 	}
