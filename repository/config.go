@@ -84,6 +84,10 @@ type Config struct {
 	// storage layout 1 read, for rolling upgrades (see legacy.go; default
 	// LegacyKeysOff, "" too; cmd/deploycoord's default is LegacyKeysAuto).
 	LegacyKeys LegacyKeys
+	// OnLegacyBackfill, when set, is told of every backfill of those keys
+	// the store runs by itself (when they are turned on: see legacy.go),
+	// from the goroutine that ran it.
+	OnLegacyBackfill func(LegacyBackfill, error)
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -47,6 +47,8 @@
 //	{p}taskref:{taskId}                    STRING  taskref, written only for instances of
 //	                                               that layout (Config.LegacyKeys,
 //	                                               legacy.go)
+//	{p}legacy:backfill                     STRING  marker of the last backfill of those    10 minutes
+//	                                               keys (its start time)
 //
 // TTLs are set when a key is created and given again by the writes that
 // touch it once it has lost more than min(TTL/100, 30 s) of it: a task

@@ -134,6 +134,7 @@ func (r *Redis) Instances(ctx context.Context) ([]task.Instance, error) {
 		keys = append(keys, k)
 	}
 	if len(out) == 0 {
+		r.observeInstances(out)
 		return out, nil
 	}
 	pp := r.c.Pipeline()
@@ -162,7 +163,7 @@ func (r *Redis) Instances(ctx context.Context) ([]task.Instance, error) {
 		}
 		out[i] = inst
 	}
-	r.legacy.observe(out)
+	r.observeInstances(out)
 	return out, nil
 }
 

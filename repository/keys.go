@@ -252,6 +252,11 @@ func (k Keys) Events() string { return k.prefix + "events" }
 // InstancePruneAfter are pruned when an instance registers).
 func (k Keys) Instances() string { return k.prefix + "instances" }
 
+// LegacyBackfill returns {p}legacy:backfill, the marker (STRING, the start
+// time, with a TTL) of the last backfill of the storage-layout-1 keys: an
+// instance that finds it does not start another (legacy.go).
+func (k Keys) LegacyBackfill() string { return k.prefix + "legacy:backfill" }
+
 // Instance returns {p}instance:{<id>}, a live instance's record (HASH, with
 // the registration's TTL).
 func (k Keys) Instance(id string) (string, error) {

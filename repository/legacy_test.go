@@ -3,6 +3,8 @@ package repository
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,6 +73,7 @@ func TestLegacyKeysOn(t *testing.T) {
 	eachRedis(t, Config{LegacyKeys: LegacyKeysOn}, func(t *testing.T, e *env) {
 		ctx := ctxT(t)
 		old := layout1{e}
+		fills := watchBackfills(e)
 		first := createPlan(t, e, 3, 0)
 		old.check(t, first)
 		second := createPlan(t, e, 2, 0) // tenants 0 and 1 again, in the same millisecond
@@ -84,10 +87,18 @@ func TestLegacyKeysOn(t *testing.T) {
 		if !e.redis.LegacyKeysOn() {
 			t.Fatal("LegacyKeysOn() = false with LegacyKeysOn")
 		}
-		// A listing without any older instance does not turn "on" off.
+		// A listing without any older instance does not turn "on" off; the
+		// first one backfills (what was created before, while off), once.
 		if _, err := e.store.Instances(ctx); err != nil || !e.redis.LegacyKeysOn() {
 			t.Fatalf("after a listing: on = %v, %v", e.redis.LegacyKeysOn(), err)
 		}
+		if got := backfilled(t, fills); got.err != nil || got.Skipped || got.Tenants != 0 || got.Tasks != 5 {
+			t.Fatalf("backfill %+v; want no index to move and the 5 taskrefs", got)
+		}
+		if _, err := e.store.Instances(ctx); err != nil {
+			t.Fatal(err)
+		}
+		noBackfill(t, fills)
 	})
 }
 
@@ -115,6 +126,7 @@ func TestLegacyKeysAuto(t *testing.T) {
 	eachRedis(t, Config{LegacyKeys: LegacyKeysAuto}, func(t *testing.T, e *env) {
 		ctx := ctxT(t)
 		old := layout1{e}
+		fills := watchBackfills(e)
 		if !e.redis.LegacyKeysOn() {
 			t.Fatal("off before the first listing of instances")
 		}
@@ -126,15 +138,26 @@ func TestLegacyKeysAuto(t *testing.T) {
 		if _, err := e.store.Instances(ctx); err != nil || e.redis.LegacyKeysOn() {
 			t.Fatalf("alone with its own layout: on = %v, %v; want off", e.redis.LegacyKeysOn(), err)
 		}
-		old.none(t, createPlan(t, e, 2, 0))
+		offPlan := createPlan(t, e, 2, 0)
+		old.none(t, offPlan)
+		noBackfill(t, fills)
 
 		// An instance of layout 1 joins (a rolling upgrade, or a
-		// downgrade's first old instance).
+		// downgrade's first old instance): the keys are turned on, and the
+		// tasks created while they were off get them (a backfill).
 		registerLayout1(t, e, "coord-old", time.Hour)
 		insts, err := e.store.Instances(ctx)
 		if err != nil || !e.redis.LegacyKeysOn() {
 			t.Fatalf("with coord-old alive: on = %v, %v; want on", e.redis.LegacyKeysOn(), err)
 		}
+		if got := backfilled(t, fills); got.err != nil || got.Skipped || got.Tenants != 2 || got.Tasks != 4 {
+			t.Fatalf("backfill %+v; want 2 tenant indexes (the plan made while off) and 4 taskrefs", got)
+		}
+		old.check(t, offPlan)
+		if _, err := e.store.Instances(ctx); err != nil {
+			t.Fatal(err)
+		}
+		noBackfill(t, fills) // once per turning on
 		layouts := map[string]int{}
 		for _, in := range insts {
 			layouts[in.ID] = in.StorageLayout
@@ -167,7 +190,151 @@ func TestLegacyKeysAuto(t *testing.T) {
 		if tn, err := old.tenantOf(ctx, withOld.tasks[1].ID); err != nil || tn != withOld.tasks[1].TenantID {
 			t.Fatalf("taskref STRING of %s: %q, %v", withOld.tasks[1].ID, tn, err)
 		}
+
+		// It comes back within the backfill gap: on again, and the backfill
+		// is left to the one that ran (its marker stands).
+		registerLayout1(t, e, "coord-old", time.Hour)
+		if _, err := e.store.Instances(ctx); err != nil || !e.redis.LegacyKeysOn() {
+			t.Fatalf("coord-old back: on = %v, %v", e.redis.LegacyKeysOn(), err)
+		}
+		if got := backfilled(t, fills); got.err != nil || !got.Skipped {
+			t.Fatalf("second backfill within the gap: %+v, want skipped", got)
+		}
 	})
+}
+
+type fill struct {
+	LegacyBackfill
+	err error
+}
+
+// watchBackfills reports the backfills e's store runs by itself.
+func watchBackfills(e *env) <-chan fill {
+	ch := make(chan fill, 8)
+	e.redis.cfg.OnLegacyBackfill = func(b LegacyBackfill, err error) { ch <- fill{b, err} }
+	return ch
+}
+
+func backfilled(t *testing.T, fills <-chan fill) fill {
+	t.Helper()
+	select {
+	case f := <-fills:
+		return f
+	case <-time.After(20 * time.Second):
+		t.Fatal("no backfill reported")
+	}
+	return fill{}
+}
+
+// noBackfill fails if a backfill is reported within a moment (one started
+// by the calls before it reports within milliseconds on a test's store).
+func noBackfill(t *testing.T, fills <-chan fill) {
+	t.Helper()
+	select {
+	case f := <-fills:
+		t.Fatalf("unexpected backfill %+v", f)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// BackfillLegacyKeys gives every task the store holds the keys of layout
+// 1, whatever the mode was at their creation, and nothing of another
+// prefix; it can run again.
+func TestBackfillLegacyKeys(t *testing.T) {
+	t.Parallel()
+	eachRedis(t, Config{}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		other := newRedisEnv(t, e.client, e.prefix+"other:", Config{})
+		first := createPlan(t, e, 3, 0)
+		second := createPlan(t, e, 2, 0) // tenants 0 and 1 again
+		elsewhere := createPlan(t, other, 2, 0)
+		old := layout1{e}
+		old.none(t, first)
+		old.none(t, second)
+		// A bucket field that is not a task id is not copied.
+		bucket, _ := e.redis.keys.TaskRef(first.tasks[0].ID)
+		e.client.HSet(ctx, bucket, "junk{*}", "t-00000")
+
+		got, err := e.redis.BackfillLegacyKeys(ctx)
+		if err != nil || got != (LegacyBackfill{Tenants: 3, Tasks: 5}) {
+			t.Fatalf("BackfillLegacyKeys = %+v, %v; want 3 tenant indexes, 5 taskrefs", got, err)
+		}
+		old.check(t, second)
+		for _, tk := range first.tasks {
+			if tn, err := old.tenantOf(ctx, tk.ID); err != nil || tn != tk.TenantID {
+				t.Fatalf("taskref of %s: %q, %v", tk.ID, tn, err)
+			}
+		}
+		if id, _ := old.current(ctx, first.tasks[2].TenantID); id != first.tasks[2].ID {
+			t.Fatalf("index of %s = %q, want %s", first.tasks[2].TenantID, id, first.tasks[2].ID)
+		}
+		layout1{other}.none(t, elsewhere)
+		if n := e.client.Exists(ctx, e.prefix+"taskref:{junk{*}}").Val(); n != 0 {
+			t.Fatal("a bucket field that is not a task id was copied")
+		}
+
+		again, err := e.redis.BackfillLegacyKeys(ctx)
+		if err != nil || again != (LegacyBackfill{Tenants: 0, Tasks: 5}) {
+			t.Fatalf("a second backfill = %+v, %v; want no index to move, the 5 taskrefs again", again, err)
+		}
+	})
+}
+
+// A backfill that fails (here its index pipelines) is tried again at the
+// next listing of instances, and its marker does not hold the others off.
+func TestLegacyBackfillRetried(t *testing.T) {
+	t.Parallel()
+	eachRedis(t, Config{}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		c := redistest.Clone(t, e.client)
+		hook := &failScripts{}
+		hook.on.Store(true)
+		c.AddHook(hook)
+		r, err := NewRedis(c, Config{Prefix: e.prefix, LegacyKeys: LegacyKeysOn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fills := make(chan fill, 8)
+		r.cfg.OnLegacyBackfill = func(b LegacyBackfill, err error) { fills <- fill{b, err} }
+		fx := createPlan(t, e, 2, 0)
+		if _, err := r.Instances(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := backfilled(t, fills); got.err == nil || !IsUnavailable(got.err) && !strings.Contains(got.err.Error(), "injected") {
+			t.Fatalf("backfill with its scripts failing: %+v, want their error", got)
+		}
+		if n := e.client.Exists(ctx, e.redis.keys.LegacyBackfill()).Val(); n != 0 {
+			t.Fatal("a failed backfill left its marker")
+		}
+		hook.on.Store(false)
+		if _, err := r.Instances(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := backfilled(t, fills); got.err != nil || got.Skipped || got.Tasks != 2 {
+			t.Fatalf("backfill at the next listing: %+v, want the 2 tasks", got)
+		}
+		layout1{e}.check(t, fx)
+	})
+}
+
+// failScripts fails the pipelines that carry a script call while on.
+type failScripts struct{ on atomic.Bool }
+
+func (*failScripts) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*failScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (f *failScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if n := c.Name(); f.on.Load() && (n == "evalsha" || n == "eval") {
+				err := errors.New("injected: scripts refused")
+				for _, c := range cmds {
+					c.SetErr(err)
+				}
+				return err
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // failAll fails every command and pipeline (a Redis that does not answer).

@@ -395,3 +395,27 @@ func BenchmarkWriteTaskRunParallel(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBackfillLegacyKeys times a backfill of the storage-layout-1 keys
+// (legacy.go) of a store holding one plan of 100 000 tasks, each of its own
+// tenant, on a throwaway redis-server. The first backfill writes every
+// tenant index and taskref; later ones only the taskrefs (-benchtime 1x
+// for the first alone).
+func BenchmarkBackfillLegacyKeys(b *testing.B) {
+	e := newBenchEnv(b)
+	ctx := context.Background()
+	const n = 100_000
+	p, tasks := newPlan(n, 0)
+	if err := e.store.CreatePlan(ctx, p, tasks); err != nil {
+		b.Fatal(err)
+	}
+	cpu0 := e.redisCPU(b)
+	for b.Loop() {
+		res, err := e.store.BackfillLegacyKeys(ctx)
+		if err != nil || res.Tasks != n {
+			b.Fatalf("backfill = %+v, %v; want %d taskrefs", res, err, n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/task")
+	b.ReportMetric(float64((e.redisCPU(b)-cpu0).Microseconds())/float64(b.N*n), "redis-µs/task")
+}

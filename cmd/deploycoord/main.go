@@ -158,7 +158,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.openRedis(ctx); err != nil {
 		return err
 	}
-	redisStore, err := repository.NewRedis(m.client, repository.Config{Prefix: c.KeyPrefix, TTL: c.TTL, LockLease: c.LockLease, LegacyKeys: c.LegacyKeys})
+	redisStore, err := repository.NewRedis(m.client, repository.Config{Prefix: c.KeyPrefix, TTL: c.TTL, LockLease: c.LockLease,
+		LegacyKeys: c.LegacyKeys, OnLegacyBackfill: m.logLegacyBackfill})
 	if err != nil {
 		return err
 	}
@@ -287,6 +288,19 @@ func (m *Main) checkRedis(ctx context.Context) {
 	}
 	for _, w := range info.Warnings() {
 		m.Log.Warn().Str("warning", w).Str("redis_version", info.Version).Msg("redis self-check")
+	}
+}
+
+// logLegacyBackfill logs a backfill of the keys instances of storage
+// layout 1 read (repository.Config.OnLegacyBackfill).
+func (m *Main) logLegacyBackfill(b repository.LegacyBackfill, err error) {
+	switch {
+	case err != nil:
+		m.Log.Warn().Err(err).Msg("backfill of the keys older instances read (storage layout 1) failed; tried again at the next heartbeat")
+	case b.Skipped:
+		m.Log.Info().Msg("keys older instances read (storage layout 1): another instance backfilled them within 10m")
+	default:
+		m.Log.Info().Int("tenant_indexes", b.Tenants).Int("taskrefs", b.Tasks).Msg("backfilled the keys older instances read (storage layout 1)")
 	}
 }
 

@@ -70,7 +70,7 @@ func TestFaultRollingUpgrade(t *testing.T) {
 	}
 	beats()
 	gauge(0)
-	run("before")
+	before := run("before")
 	if cur, byID := layout1(); cur["up-1"] != "" || byID["up-1"] {
 		t.Fatalf("layout-1 keys written with no instance of layout 1 alive: index %v, taskref %v", cur, byID)
 	}
@@ -88,6 +88,15 @@ func TestFaultRollingUpgrade(t *testing.T) {
 		t.Fatalf("register coord-old: %v", err)
 	}
 	beats()
+	// The tasks created before it joined get the keys too (a backfill).
+	n.waitLog(now, 10*time.Second, "backfilled the keys older instances read (storage layout 1)")
+	cur, byID := layout1()
+	for _, id := range ids {
+		if tk := n.task(id); cur[id] != tk.TaskID || tk.PlanID != before.PlanID || !byID[id] {
+			t.Fatalf("tenant %s after the backfill: layout 1 reads current %q (coord-new: %s of plan %s), found by id %v; want the plan %s's task",
+				id, cur[id], tk.TaskID, tk.PlanID, byID[id], before.PlanID)
+		}
+	}
 	layouts := map[string]int{}
 	for _, in := range n.instances() {
 		layouts[in.ID] = in.StorageLayout
@@ -97,7 +106,7 @@ func TestFaultRollingUpgrade(t *testing.T) {
 	}
 	gauge(1)
 	during := run("during")
-	cur, byID := layout1()
+	cur, byID = layout1()
 	for _, id := range ids {
 		if tk := n.task(id); cur[id] != tk.TaskID || tk.PlanID != during.PlanID || !byID[id] {
 			t.Fatalf("tenant %s: layout 1 reads current %q (coord-new: %s of plan %s), found by id %v; want the plan %s's task",
