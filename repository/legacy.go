@@ -28,8 +28,12 @@ const StorageLayout = 2
 // LegacyKeys says when plan creation also writes the keys that instances
 // of layout 1 read (the tenant index and taskref STRINGs): one SET each a
 // task, and a rollback puts the index back as layout 1 did. Without them
-// such an instance, during a rolling upgrade, answers a tenant's task
-// before the newest and 404 for a task by id that a newer one created.
+// such an instance, during a rolling upgrade or after a downgrade, answers
+// a tenant's task before the newest and 404 for a task by id that a newer
+// one created. Whenever the store turns them on (its first listing of
+// instances in mode on, or the first that shows an older instance in mode
+// auto) it backfills them for the tasks created while they were off
+// (BackfillLegacyKeys, in a goroutine of its own).
 type LegacyKeys string
 
 // The LegacyKeys modes.
@@ -41,7 +45,7 @@ const (
 	// an older layout, and from the store's start until its first listing.
 	// cmd/deploycoord's default (DEPLOYCOORD_LEGACY_KEYS).
 	LegacyKeysAuto LegacyKeys = "auto"
-	// LegacyKeysOn: always (before a downgrade to a version of layout 1).
+	// LegacyKeysOn: always.
 	LegacyKeysOn LegacyKeys = "on"
 )
 
