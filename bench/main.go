@@ -58,6 +58,7 @@ type config struct {
 	MutexProfile   string
 	Timeout        time.Duration
 	CommandStats   bool
+	ScriptStats    bool
 	PoolSize       int
 	MemProfile     string
 	// Topology "cluster" also runs the N × 1 plan on a Redis Cluster of
@@ -104,6 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.SharedPlans, "shared-plans", true, "run plans as shared work (every instance claims tasks from the plan's queue in Redis), as cmd/deploycoord does by default "+
 		"(DEPLOYCOORD_SHARED_PLANS); false: the instance that starts a plan runs it (the storage-only run follows)")
 	fs.BoolVar(&c.CommandStats, "commandstats", false, "print Redis' per-command CPU time (INFO commandstats) after every throughput run")
+	fs.BoolVar(&c.ScriptStats, "scriptstats", false, "print Redis' time per script and per command (its slow log, every command logged: slower, read the shares) after every N × 1 plan run of the throughput and plan sections; needs the throwaway redis-server")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -229,12 +231,26 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 				r.ceiling = c
 			}
 			ours := func() error {
+				if cfg.ScriptStats {
+					if err := e.slowLogOn(ctx); err != nil {
+						return err
+					}
+				}
 				pr, err := e.runPlan(ctx, cfg.N, 1)
 				if err != nil {
 					return err
 				}
 				progress("  round %d: deploycoord %d × 1 noop: %s (create %s, run %s)", round+1, cfg.N, pr.total.Round(time.Millisecond), pr.create.Round(time.Millisecond), pr.run.Round(time.Millisecond))
 				r.plan1 = append(r.plan1, pr)
+				if cfg.ScriptStats {
+					lines, err := e.scriptStats(ctx, cfg.N)
+					if err != nil {
+						return err
+					}
+					for _, l := range lines {
+						progress("    %s", l)
+					}
+				}
 				stats()
 				return nil
 			}

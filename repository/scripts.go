@@ -94,6 +94,17 @@ var (
 	}
 )
 
+// ScriptNames returns the name of every script of the store (write_task,
+// start_task, move_plan_counts, ...) by the SHA1 that EVALSHA sends, to
+// read a profile of the Redis server (the benchmark command's -scriptstats).
+func ScriptNames() map[string]string {
+	m := make(map[string]string, len(allScripts))
+	for _, s := range allScripts {
+		m[s.sha] = s.name
+	}
+	return m
+}
+
 // scriptLoader loads every script once per store (on first use) so EVALSHA
 // hits, and again after Redis answered NOSCRIPT.
 type scriptLoader struct {
