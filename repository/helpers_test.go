@@ -59,13 +59,13 @@ type env struct {
 	prefix  string
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func newRedisEnv(t *testing.T, c redis.UniversalClient, prefix string, cfg Config) *env {
+func newRedisEnv(t testing.TB, c redis.UniversalClient, prefix string, cfg Config) *env {
 	t.Helper()
 	cl := &clock{now: t0}
 	cfg.Prefix = prefix
@@ -184,7 +184,7 @@ type fixture struct {
 
 // createPlan stores a RUNNING plan with n tasks for tenants t-00000.. and
 // maxFailed as failure threshold.
-func createPlan(t *testing.T, e *env, n, maxFailed int) fixture {
+func createPlan(t testing.TB, e *env, n, maxFailed int) fixture {
 	t.Helper()
 	now := e.clock.Now()
 	p := &plan.Plan{
