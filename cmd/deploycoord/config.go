@@ -174,8 +174,8 @@ func settings() []setting {
 			boolSetter(func(c *Config) *bool { return &c.UI })},
 		{"ui-base-path", "DEPLOYCOORD_UI_BASE_PATH", "", "path prefix of the web console behind a reverse proxy (like /deploycoord: links and cookies use /deploycoord/ui/)",
 			func(c *Config, v string) error { c.UIBasePath = v; return nil }},
-		{"legacy-keys", "DEPLOYCOORD_LEGACY_KEYS", "auto", "write the keys instances of older versions (storage layout 1) read: auto (while one is alive: rolling upgrades), " +
-			"on (always: before a downgrade), off",
+		{"legacy-keys", "DEPLOYCOORD_LEGACY_KEYS", "auto", "write the keys instances of older versions (storage layout 1) read: auto (while one is alive: rolling upgrades and downgrades; " +
+			"turning them on backfills them), on (always), off",
 			func(c *Config, v string) (err error) { c.LegacyKeys, err = repository.ParseLegacyKeys(v); return err }},
 		{"advertise-addr", "DEPLOYCOORD_ADVERTISE_ADDR", "", "host:port shown for this instance in GET /v1/instances (default the address the API listens on)",
 			func(c *Config, v string) error { c.AdvertiseAddr = v; return nil }},
