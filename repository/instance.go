@@ -133,28 +133,36 @@ func (r *Redis) Instances(ctx context.Context) ([]task.Instance, error) {
 		out = append(out, task.Instance{ID: id, LastSeen: time.UnixMilli(int64(z.Score)).UTC(), Gone: true})
 		keys = append(keys, k)
 	}
-	if len(out) == 0 {
-		r.observeInstances(out)
-		return out, nil
+	if len(out) > 0 {
+		if err := r.readInstances(ctx, op, out, keys); err != nil {
+			return nil, err
+		}
 	}
+	r.observeInstances(out)
+	return out, nil
+}
+
+// readInstances fills out (listed from the index, Gone) with the records
+// at keys that still exist, in one pipeline.
+func (r *Redis) readInstances(ctx context.Context, op string, out []task.Instance, keys []string) error {
 	pp := r.c.Pipeline()
 	hs := make([]*redis.MapStringStringCmd, len(keys))
 	for i, k := range keys {
 		hs[i] = pp.HGetAll(ctx, k)
 	}
 	if err := transportErr(pp.Exec(ctx)); err != nil {
-		return nil, wrapErr(ctx, op, err)
+		return wrapErr(ctx, op, err)
 	}
 	for i, h := range hs {
 		if err := h.Err(); err != nil {
-			return nil, wrapErr(ctx, op, err)
+			return wrapErr(ctx, op, err)
 		}
 		if len(h.Val()) == 0 {
 			continue
 		}
 		inst, err := decodeInstance(keys[i], h.Val())
 		if err != nil {
-			return nil, err
+			return err
 		}
 		inst.ID = out[i].ID
 		inst.Gone = false
@@ -163,8 +171,7 @@ func (r *Redis) Instances(ctx context.Context) ([]task.Instance, error) {
 		}
 		out[i] = inst
 	}
-	r.observeInstances(out)
-	return out, nil
+	return nil
 }
 
 // ---- memory ----------------------------------------------------------------

@@ -253,12 +253,14 @@ func (r *Redis) backfillLegacy() {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	marker := r.keys.LegacyBackfill()
-	res := LegacyBackfill{Skipped: true}
+	var res LegacyBackfill
 	ok, err := r.c.SetNX(ctx, marker, r.now().UTC().Format(time.RFC3339), legacyBackfillGap).Result()
 	switch {
 	case err != nil:
 		err = wrapErr(ctx, "backfill legacy keys: take "+marker, err)
-	case ok:
+	case !ok:
+		res.Skipped = true
+	default:
 		res, err = r.BackfillLegacyKeys(ctx)
 	}
 	if err != nil {
