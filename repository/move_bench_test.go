@@ -99,7 +99,11 @@ func moveAll(b *testing.B, c redis.UniversalClient, sha, prefix string) (usec, m
 				b.Fatal(err)
 			}
 		}
-		usec += evalShaUsec(b, c)
+		stats, err := redistest.CommandStats(ctx, c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		usec += stats["evalsha"].Usec
 	}
 	b.StopTimer()
 	counts, err := e.redis.PlanCounts(ctx, []string{fx.plan.ID})
@@ -109,19 +113,4 @@ func moveAll(b *testing.B, c redis.UniversalClient, sha, prefix string) (usec, m
 	redistest.DeletePrefix(c, prefix)
 	b.StartTimer()
 	return usec, 2 * n
-}
-
-func evalShaUsec(b *testing.B, c redis.UniversalClient) int64 {
-	b.Helper()
-	info, err := c.InfoMap(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, f := range strings.Split(info["Commandstats"]["cmdstat_evalsha"], ",") {
-		if k, v, _ := strings.Cut(f, "="); k == "usec" {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	return 0
 }

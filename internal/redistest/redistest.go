@@ -354,8 +354,26 @@ func (c *Counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 // ("set", "evalsha", "client|setinfo", ...), the commands scripts run
 // included.
 func CommandCalls(ctx context.Context, c redis.UniversalClient) (map[string]int64, error) {
+	stats, err := CommandStats(ctx, c)
+	out := make(map[string]int64, len(stats))
+	for name, st := range stats {
+		out[name] = st.Calls
+	}
+	return out, err
+}
+
+// CommandStat is one command's line of INFO commandstats: how many times it
+// ran and the microseconds it took (a script's time includes the commands
+// it called, which are counted under their own names too).
+type CommandStat struct {
+	Calls, Usec int64
+}
+
+// CommandStats returns INFO commandstats by command name, every master of a
+// cluster summed.
+func CommandStats(ctx context.Context, c redis.UniversalClient) (map[string]CommandStat, error) {
 	var mu sync.Mutex
-	out := map[string]int64{}
+	out := map[string]CommandStat{}
 	err := eachServer(ctx, c, func(ctx context.Context, s *redis.Client) error {
 		info, err := s.InfoMap(ctx, "commandstats").Result()
 		if err != nil {
@@ -368,15 +386,25 @@ func CommandCalls(ctx context.Context, c redis.UniversalClient) (map[string]int6
 			if !ok {
 				continue
 			}
+			st := out[name]
 			for _, f := range strings.Split(v, ",") {
-				if n, ok := strings.CutPrefix(f, "calls="); ok {
-					calls, err := strconv.ParseInt(n, 10, 64)
-					if err != nil {
-						return fmt.Errorf("redistest: INFO commandstats %s=%q", k, v)
-					}
-					out[name] += calls
+				field, n, _ := strings.Cut(f, "=")
+				var dst *int64
+				switch field {
+				case "calls":
+					dst = &st.Calls
+				case "usec":
+					dst = &st.Usec
+				default:
+					continue
 				}
+				x, err := strconv.ParseInt(n, 10, 64)
+				if err != nil {
+					return fmt.Errorf("redistest: INFO commandstats %s=%q", k, v)
+				}
+				*dst += x
 			}
+			out[name] = st
 		}
 		return nil
 	})
