@@ -139,22 +139,8 @@ func TestParseFlagsTopology(t *testing.T) {
 // scripts' keys must not turn them into "other" round trips, which the
 // table would show as 0 per task).
 func TestRoundTripsSeeEveryWrite(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a redis-server")
-	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("no redis-server on the PATH:", err)
-	}
-	cfg, err := parseFlags([]string{"-concurrency", "8"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	e, err := newEnv(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := throwawayEnv(t, "-concurrency", "8")
 	res, err := e.measureRoundTrips(ctx, 40, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -176,4 +162,27 @@ func TestRoundTripsSeeEveryWrite(t *testing.T) {
 			}
 		}
 	}
+}
+
+// throwawayEnv is the benchmark's environment with flags args on a
+// throwaway redis-server, closed when the test ends; it skips in -short and
+// without redis-server.
+func throwawayEnv(t *testing.T, args ...string) *env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("no redis-server on the PATH:", err)
+	}
+	cfg, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := newEnv(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -44,22 +42,8 @@ func TestSlowLogShares(t *testing.T) {
 // changed without its name reaching repository.ScriptNames would show as
 // a bare SHA.
 func TestScriptStatsNameEveryScript(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a redis-server")
-	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("no redis-server on the PATH:", err)
-	}
-	cfg, err := parseFlags([]string{"-concurrency", "8", "-scriptstats"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	e, err := newEnv(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := throwawayEnv(t, "-concurrency", "8", "-scriptstats")
 	if err := e.slowLogOn(ctx); err != nil {
 		t.Fatal(err)
 	}
