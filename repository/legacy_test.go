@@ -3,6 +3,7 @@ package repository
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -171,7 +172,7 @@ func TestLegacyKeysAuto(t *testing.T) {
 		// A listing that fails leaves the mode as it was (on: an empty
 		// listing would turn it off).
 		broken := redistest.Clone(t, e.client)
-		broken.AddHook(failAll{})
+		broken.AddHook(failAll())
 		rb, _ := NewRedis(broken, Config{Prefix: e.prefix, LegacyKeys: LegacyKeysAuto})
 		if _, err := rb.Instances(ctx); err == nil || !rb.LegacyKeysOn() {
 			t.Fatalf("a failed listing: %v, on = %v; want an error and still on", err, rb.LegacyKeysOn())
@@ -287,8 +288,7 @@ func TestLegacyBackfillRetried(t *testing.T) {
 	eachRedis(t, Config{}, func(t *testing.T, e *env) {
 		ctx := ctxT(t)
 		c := redistest.Clone(t, e.client)
-		hook := &failScripts{}
-		hook.on.Store(true)
+		hook := newFailing(func(name string) bool { return name == "evalsha" || name == "eval" })
 		c.AddHook(hook)
 		r, err := NewRedis(c, Config{Prefix: e.prefix, LegacyKeys: LegacyKeysOn})
 		if err != nil {
@@ -300,7 +300,7 @@ func TestLegacyBackfillRetried(t *testing.T) {
 		if _, err := r.Instances(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := backfilled(t, fills); got.err == nil || !IsUnavailable(got.err) && !strings.Contains(got.err.Error(), "injected") {
+		if got := backfilled(t, fills); got.err == nil || !strings.Contains(got.err.Error(), "injected") {
 			t.Fatalf("backfill with its scripts failing: %+v, want their error", got)
 		}
 		if n := e.client.Exists(ctx, e.redis.keys.LegacyBackfill()).Val(); n != 0 {
@@ -317,35 +317,46 @@ func TestLegacyBackfillRetried(t *testing.T) {
 	})
 }
 
-// failScripts fails the pipelines that carry a script call while on.
-type failScripts struct{ on atomic.Bool }
+// failing fails, while on, every command whose name match accepts, and
+// every pipeline holding one, with an injected error (Redis refusing).
+type failing struct {
+	on    atomic.Bool
+	match func(name string) bool
+}
 
-func (*failScripts) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (*failScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (f *failScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func newFailing(match func(name string) bool) *failing {
+	f := &failing{match: match}
+	f.on.Store(true)
+	return f
+}
+
+// failAll is a Redis that answers nothing.
+func failAll() *failing { return newFailing(func(string) bool { return true }) }
+
+func (f *failing) fails(cmd redis.Cmder) bool { return f.on.Load() && f.match(cmd.Name()) }
+
+func (*failing) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f *failing) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if f.fails(cmd) {
+			err := errors.New("injected: connection refused")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+func (f *failing) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			if n := c.Name(); f.on.Load() && (n == "evalsha" || n == "eval") {
-				err := errors.New("injected: scripts refused")
-				for _, c := range cmds {
-					c.SetErr(err)
-				}
-				return err
+		if slices.ContainsFunc(cmds, f.fails) {
+			err := errors.New("injected: connection refused")
+			for _, c := range cmds {
+				c.SetErr(err)
 			}
+			return err
 		}
 		return next(ctx, cmds)
 	}
-}
-
-// failAll fails every command and pipeline (a Redis that does not answer).
-type failAll struct{}
-
-func (failAll) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (failAll) ProcessHook(redis.ProcessHook) redis.ProcessHook {
-	return func(context.Context, redis.Cmder) error { return errors.New("injected: connection refused") }
-}
-func (failAll) ProcessPipelineHook(redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(context.Context, []redis.Cmder) error { return errors.New("injected: connection refused") }
 }
 
 // With LegacyKeysOff nothing of layout 1 is written, whoever is alive.
