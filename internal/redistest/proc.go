@@ -24,6 +24,8 @@ type proc struct {
 	Port int
 	dir  string
 	args []string
+	// wrap runs the server under another program (valgrind: Callgrind).
+	wrap []string
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -62,7 +64,8 @@ func (p *proc) log() string {
 func (p *proc) start(prefix ...string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	cmd := exec.Command("redis-server", append(append([]string{}, prefix...), p.args...)...)
+	argv := append(append(append([]string{}, p.wrap...), "redis-server"), prefix...)
+	cmd := exec.Command(argv[0], append(argv[1:], p.args...)...)
 	if err := spawn(cmd); err != nil {
 		return fmt.Errorf("start redis-server on %s: %w", p.Addr, err)
 	}

@@ -2,6 +2,7 @@ package redistest_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -44,5 +45,46 @@ func TestCounterSkipsHandshake(t *testing.T) {
 				t.Errorf("Commands = %d, want 4 (SET, GET, DEL, CLIENT LIST)", got)
 			}
 		})
+	}
+}
+
+// TestCallgrindCountsInstructions: twice the commands, about twice the
+// instructions; nothing done, next to nothing.
+func TestCallgrindCountsInstructions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs redis-server under valgrind")
+	}
+	s := redistest.StartCallgrind(t)
+	c := s.Client()
+	ctx := context.Background()
+	sets := func(n int) func() {
+		return func() {
+			p := c.Pipeline()
+			for i := range n {
+				p.Set(ctx, fmt.Sprintf("k%d", i), "v", 0)
+			}
+			if _, err := p.Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	one, err := s.Instructions(sets(2000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := s.Instructions(sets(4000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle, err := s.Instructions(func() {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("2000 SETs: %d instructions, 4000: %d, nothing: %d", one, two, idle)
+	if r := float64(two) / float64(one); r < 1.6 || r > 2.4 {
+		t.Errorf("4000 SETs cost %.2f× 2000 SETs, want about 2×", r)
+	}
+	if idle*10 > one {
+		t.Errorf("nothing cost %d instructions, 2000 SETs %d", idle, one)
 	}
 }
