@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
+	"github.com/deploycoord/deploycoord/internal/redistest"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/tenantlock"
 	"github.com/deploycoord/deploycoord/tenantlock/redislock"
@@ -34,20 +35,14 @@ type phaseCost struct {
 	commands string // the commands, most frequent first
 }
 
-// TestRedisCostPerPhase measures Redis' work per task for each phase of a
-// task's life — creation, lock + start, one stage transition, the final
-// write, the feed events — on a throwaway redis-server, from 64 goroutines
-// as the coordinator runs them: commands per task (INFO commandstats, the
-// scripts' own commands included), Redis' CPU time per task (INFO cpu:
-// the whole server process, 1 ms resolution, moves with the machine's load)
-// and round trips per task. Run it with DEPLOYCOORD_REDIS_COST=1 to print the
-// table. It fails when a phase goes over its command budget.
-func TestRedisCostPerPhase(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a redis-server")
-	}
-	const n, workers = 1000, 64
-	e := newBenchEnv(t)
+// costWorkers is how many goroutines run the tasks of costPhases.
+const costWorkers = 64
+
+// costPhases runs the phases of the life of n tasks of one plan on e's
+// store — creation, lock + start, one stage transition, the final write,
+// the feed events — from costWorkers goroutines as the coordinator runs
+// them, each inside phase(name, f) (which measures what f makes Redis do).
+func costPhases(t *testing.T, e *benchEnv, n int, phase func(name string, f func())) {
 	ctx := context.Background()
 	locker, err := redislock.New(e.client, redislock.Config{
 		LockKey:  func(tn string) string { k, _ := e.keys.Lock(tn); return k },
@@ -58,41 +53,13 @@ func TestRedisCostPerPhase(t *testing.T) {
 	}
 	p, tasks := newPlan(n, 0)
 	leases := make([]*redislock.Lease, n)
-	var costs []phaseCost
-	phase := func(name string, f func()) {
-		t.Helper()
-		calls0, usec0 := commandStats(t, e)
-		rtt0 := e.counter.RoundTrips()
-		f()
-		rtt := e.counter.RoundTrips() - rtt0
-		calls, usec := commandStats(t, e)
-		var total int64
-		type kv struct {
-			name string
-			n    int64
-		}
-		var by []kv
-		for name, c := range calls {
-			if d := c - calls0[name]; d > 0 {
-				total += d
-				by = append(by, kv{name, d})
-			}
-		}
-		sort.Slice(by, func(i, j int) bool { return by[i].n > by[j].n || by[i].n == by[j].n && by[i].name < by[j].name })
-		var parts []string
-		for _, c := range by {
-			parts = append(parts, fmt.Sprintf("%s %.2f", c.name, float64(c.n)/n))
-		}
-		costs = append(costs, phaseCost{name: name, cmds: float64(total) / n, usec: float64(usec-usec0) / n,
-			rtt: float64(rtt) / n, commands: strings.Join(parts, ", ")})
-	}
 	// each runs f(i) for every task from workers goroutines.
 	each := func(f func(i int) error) {
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		var once sync.Once
 		var first error
-		for range workers {
+		for range costWorkers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -191,6 +158,51 @@ func TestRedisCostPerPhase(t *testing.T) {
 			evs = evs[k:]
 		}
 	})
+}
+
+// TestRedisCostPerPhase measures Redis' work per task for each phase of a
+// task's life — creation, lock + start, one stage transition, the final
+// write, the feed events — on a throwaway redis-server, from 64 goroutines
+// as the coordinator runs them: commands per task (INFO commandstats, the
+// scripts' own commands included), Redis' CPU time per task (INFO cpu:
+// the whole server process, 1 ms resolution, moves with the machine's load)
+// and round trips per task. Run it with DEPLOYCOORD_REDIS_COST=1 to print the
+// table. It fails when a phase goes over its command budget.
+func TestRedisCostPerPhase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a redis-server")
+	}
+	const n = 1000
+	e := newBenchEnv(t)
+	var costs []phaseCost
+	phase := func(name string, f func()) {
+		t.Helper()
+		calls0, usec0 := commandStats(t, e)
+		rtt0 := e.counter.RoundTrips()
+		f()
+		rtt := e.counter.RoundTrips() - rtt0
+		calls, usec := commandStats(t, e)
+		var total int64
+		type kv struct {
+			name string
+			n    int64
+		}
+		var by []kv
+		for name, c := range calls {
+			if d := c - calls0[name]; d > 0 {
+				total += d
+				by = append(by, kv{name, d})
+			}
+		}
+		sort.Slice(by, func(i, j int) bool { return by[i].n > by[j].n || by[i].n == by[j].n && by[i].name < by[j].name })
+		var parts []string
+		for _, c := range by {
+			parts = append(parts, fmt.Sprintf("%s %.2f", c.name, float64(c.n)/n))
+		}
+		costs = append(costs, phaseCost{name: name, cmds: float64(total) / n, usec: float64(usec-usec0) / n,
+			rtt: float64(rtt) / n, commands: strings.Join(parts, ", ")})
+	}
+	costPhases(t, e, n, phase)
 
 	var total phaseCost
 	for _, c := range costs {
@@ -200,7 +212,7 @@ func TestRedisCostPerPhase(t *testing.T) {
 	}
 	if os.Getenv("DEPLOYCOORD_REDIS_COST") != "" {
 		var b strings.Builder
-		fmt.Fprintf(&b, "Redis cost per task, %d tasks from %d goroutines (INFO commandstats deltas):\n", n, workers)
+		fmt.Fprintf(&b, "Redis cost per task, %d tasks from %d goroutines (INFO commandstats deltas):\n", n, costWorkers)
 		fmt.Fprintf(&b, "| phase | commands | Redis CPU µs | round trips | commands per task |\n|---|---|---|---|---|\n")
 		for _, c := range costs {
 			fmt.Fprintf(&b, "| %s | %.2f | %.1f | %.3f | %s |\n", c.name, c.cmds, c.usec, c.rtt, c.commands)
@@ -224,6 +236,63 @@ func TestRedisCostPerPhase(t *testing.T) {
 	for _, c := range costs {
 		if c.cmds > budgets[c.name] {
 			t.Errorf("%s: %.2f commands a task, budget %.1f (%s)", c.name, c.cmds, budgets[c.name], c.commands)
+		}
+	}
+}
+
+// TestRedisInstructionsPerPhase counts the instructions Redis executes per
+// task in each phase of costPhases, on a redis-server run under valgrind's
+// callgrind (redistest.StartCallgrind): Redis' work as a figure that does
+// not move with the machine's load — the one to compare two versions of a
+// script or a key layout with (docs/benchmarks.md, "Redis instructions per
+// task"). Only batching moves it (how many writes share a pipeline and a
+// counts move), by a few percent. DEPLOYCOORD_REDIS_COST=1 prints the
+// table. It fails when a phase goes over its budget, and skips without
+// valgrind.
+func TestRedisInstructionsPerPhase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs redis-server under valgrind")
+	}
+	const n = 500
+	srv := redistest.StartCallgrind(t)
+	e := newBenchEnvOn(t, srv.Client())
+	type cost struct {
+		name string
+		ir   float64
+	}
+	var costs []cost
+	costPhases(t, e, n, func(name string, f func()) {
+		t.Helper()
+		ir, err := srv.Instructions(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		costs = append(costs, cost{name, float64(ir) / n})
+	})
+	var total float64
+	var b strings.Builder
+	fmt.Fprintf(&b, "Redis instructions per task, %d tasks from %d goroutines (callgrind):\n| phase | instructions |\n|---|---|\n", n, costWorkers)
+	for _, c := range costs {
+		total += c.ir
+		fmt.Fprintf(&b, "| %s | %.0f |\n", c.name, c.ir)
+	}
+	fmt.Fprintf(&b, "| all | %.0f |\n", total)
+	if os.Getenv("DEPLOYCOORD_REDIS_COST") != "" {
+		t.Log("\n" + b.String())
+	}
+	// Budgets: today's figures (2026-11-28) with a quarter of room for
+	// batching's variation; a change that makes Redis work more per task
+	// fails here.
+	budgets := map[string]float64{
+		"create (CreatePlan)":                     150_000,
+		"start (PENDING→RUNNING, takes the lock)": 500_000,
+		"stage write":                             240_000,
+		"final write (COMPLETED, lock released)":  480_000,
+		"feed (4 events a task, batches of 256)":  45_000,
+	}
+	for _, c := range costs {
+		if c.ir > budgets[c.name] {
+			t.Errorf("%s: %.0f instructions a task, budget %.0f\n%s", c.name, c.ir, budgets[c.name], b.String())
 		}
 	}
 }

@@ -35,8 +35,12 @@ type benchEnv struct {
 
 func newBenchEnv(b testing.TB) *benchEnv {
 	b.Helper()
-	srv := redistest.StartServer(b)
-	c := srv.Client()
+	return newBenchEnvOn(b, redistest.StartServer(b).Client())
+}
+
+// newBenchEnvOn is newBenchEnv on the server of c.
+func newBenchEnvOn(b testing.TB, c *redis.Client) *benchEnv {
+	b.Helper()
 	counter := &redistest.Counter{}
 	c.AddHook(counter)
 	store, err := repository.NewRedis(c, repository.Config{Prefix: "bench:"})
