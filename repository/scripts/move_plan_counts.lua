@@ -85,13 +85,16 @@ local function hmget(key, fields)
   return vals
 end
 
-local ledger, dirty = {}, {}
+-- ledger: a move's field ("t:<task id>") -> its entry, parsed once (false:
+-- none or unreadable); moves replace it and flush_counts formats it again.
+-- fields[i] is the field of the i-th move.
+local ledger, dirty, fields = {}, {}, {}
 do
-  local fields = {}
   for i = 1, moves do fields[i] = 't:' .. ARGV[base_of(i) + 1] end
   local got = hmget(KEYS[1], fields)
   for i = 1, moves do
-    if ledger[fields[i]] == nil then ledger[fields[i]] = got[i] end
+    local f = fields[i]
+    if ledger[f] == nil then ledger[f] = parse_ledger(got[i]) or false end
   end
 end
 
@@ -104,7 +107,7 @@ do
   end
   for i = 1, moves do
     local b = base_of(i)
-    local old = parse_ledger(ledger['t:' .. ARGV[b + 1]])
+    local old = ledger[fields[i]]
     need(ARGV[b + 2])
     if ARGV[b + 6] ~= '' then need('RUNNING@' .. ARGV[b + 6]) end
     if old then
@@ -137,7 +140,10 @@ local function flush_counts()
   local hset, hdel = {}, {}
   for f in pairs(dirty) do
     local v = counters[f]
-    if v == nil then v = ledger[f] end
+    if v == nil then
+      local e = ledger[f]
+      v = format_ledger(e.status, e.seq, e.fence, e.write_id, e.owner, e.tenant)
+    end
     if owner_field[f] and v == 0 then
       hdel[#hdel + 1] = f
     else
@@ -188,11 +194,10 @@ end
 
 -- move applies one task's move (its 7 arguments from ARGV[base+1]) and
 -- returns the plan status and 1 if it applied.
-local function move(base)
+local function move(base, field)
   local cur = p[1]
   local id, new, owner, tenant = ARGV[base + 1], ARGV[base + 2], ARGV[base + 6], ARGV[base + 7]
-  local field = 't:' .. id
-  local old = parse_ledger(ledger[field])
+  local old = ledger[field]
   local seq, fence = tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
   if not (old and (seq > old.seq or (seq == old.seq and fence > old.fence))) then
     -- Nothing moved, so the plan's status has no reason to change.
@@ -206,7 +211,7 @@ local function move(base)
     bump_owner(old.owner, -1)
     bump_owner(owner, 1)
   end
-  ledger[field], dirty[field] = format_ledger(new, seq, fence, ARGV[base + 5], owner, tenant), true
+  ledger[field], dirty[field] = {status = new, seq = seq, fence = fence, write_id = ARGV[base + 5], owner = owner, tenant = tenant}, true
   index_move(id, old.status, new, count)
   local active = new == 'PENDING' or new == 'RUNNING' or new == 'PAUSED'
   local was_active = old.status == 'PENDING' or old.status == 'RUNNING' or old.status == 'PAUSED'
@@ -228,7 +233,7 @@ end
 
 local applied, before = false, p[1]
 for i = 1, moves do
-  local status, ok = move(base_of(i))
+  local status, ok = move(base_of(i), fields[i])
   out[#out + 1] = status
   out[#out + 1] = ok
   applied = applied or ok == 1
