@@ -255,7 +255,7 @@ func TestRedisInstructionsPerPhase(t *testing.T) {
 	}
 	const n = 500
 	srv := redistest.StartCallgrind(t)
-	e := newBenchEnvOn(t, srv.Client())
+	e := newBenchEnvOn(t, redistest.NewClient(t, srv.Addr))
 	type cost struct {
 		name string
 		ir   float64

@@ -23,8 +23,9 @@ import (
 // calls, TCP). Redis runs some 50 times slower under it: for measurements,
 // not for every test.
 type Callgrind struct {
-	*Server
-	out string // the dump files' directory
+	Addr string
+	p    *proc
+	out  string // the dump files' directory
 }
 
 // StartCallgrind starts redis-server under callgrind on a free port, like
@@ -41,34 +42,65 @@ func StartCallgrind(t testing.TB, args ...string) *Callgrind {
 			unreachable(t, fmt.Sprintf("no %s on the PATH (Debian package valgrind; .ci/run installs it)", b))
 		}
 	}
-	dir := t.TempDir()
-	p, err := newProc(dir, append([]string{"--save", "", "--appendonly", "no"}, args...)...)
+	c, err := NewCallgrind(t.TempDir(), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := filepath.Join(dir, "callgrind")
+	t.Cleanup(c.Close)
+	return c
+}
+
+// NewCallgrind starts redis-server under callgrind on a free port, with
+// its files under dir and extra config args; Close stops it.
+func NewCallgrind(dir string, args ...string) (*Callgrind, error) {
+	p, err := newProc(dir, append([]string{"--save", "", "--appendonly", "no"}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	out := filepath.Join(p.dir, "callgrind")
 	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	p.wrap = []string{"valgrind", "--tool=callgrind", "--callgrind-out-file=" + filepath.Join(out, "callgrind.out"),
 		"--log-file=" + filepath.Join(out, "valgrind.log")}
-	s := &Server{t: t, Addr: p.Addr, Port: p.Port, p: p}
-	s.Start()
-	t.Cleanup(s.Kill)
-	return &Callgrind{Server: s, out: out}
+	if err := p.start(); err != nil {
+		return nil, err
+	}
+	return &Callgrind{Addr: p.Addr, p: p, out: out}, nil
 }
 
+// Close stops the server (SIGKILL).
+func (c *Callgrind) Close() { c.p.kill() }
+
 // Instructions runs f and returns how many instructions the server
-// executed meanwhile (callgrind_control -z before f, -d after it).
+// executed meanwhile.
 func (c *Callgrind) Instructions(f func()) (int64, error) {
+	if err := c.Zero(); err != nil {
+		return 0, err
+	}
+	f()
+	return c.Dump()
+}
+
+// Zero starts counting from 0 (callgrind_control -z).
+func (c *Callgrind) Zero() error {
+	pid := c.pid()
+	if pid == 0 {
+		return fmt.Errorf("callgrind: the server is not running")
+	}
+	if out, err := exec.Command("callgrind_control", "-z", strconv.Itoa(pid)).CombinedOutput(); err != nil {
+		return fmt.Errorf("callgrind_control -z: %v: %s", err, out)
+	}
+	return nil
+}
+
+// Dump returns the instructions executed since the last Zero or Dump
+// (callgrind_control -d, which starts from 0 again).
+func (c *Callgrind) Dump() (int64, error) {
 	pid := c.pid()
 	if pid == 0 {
 		return 0, fmt.Errorf("callgrind: the server is not running")
 	}
-	if out, err := exec.Command("callgrind_control", "-z", strconv.Itoa(pid)).CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("callgrind_control -z: %v: %s", err, out)
-	}
-	f()
 	before, err := c.dumps()
 	if err != nil {
 		return 0, err

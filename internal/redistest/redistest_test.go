@@ -55,7 +55,7 @@ func TestCallgrindCountsInstructions(t *testing.T) {
 		t.Skip("runs redis-server under valgrind")
 	}
 	s := redistest.StartCallgrind(t)
-	c := s.Client()
+	c := redistest.NewClient(t, s.Addr)
 	ctx := context.Background()
 	sets := func(n int) func() {
 		return func() {
