@@ -183,6 +183,30 @@ func medianCounts(runs []cmdCounts) cmdCounts {
 type usage struct {
 	cpu  cpuUse
 	cmds cmdCounts
+	// instr is the instructions the server executed (-callgrind), else 0.
+	instr int64
+}
+
+// meterRedis is meter on e.client that also counts the instructions the
+// server executes when it runs under callgrind (-callgrind).
+func (e *env) meterRedis(ctx context.Context) (func(context.Context) (usage, error), error) {
+	if e.cg != nil {
+		if err := e.cg.Zero(); err != nil {
+			return nil, err
+		}
+	}
+	stop, err := meter(ctx, e.client)
+	if err != nil || e.cg == nil {
+		return stop, err
+	}
+	return func(ctx context.Context) (usage, error) {
+		u, err := stop(ctx)
+		if err != nil {
+			return u, err
+		}
+		u.instr, err = e.cg.Dump()
+		return u, err
+	}, nil
 }
 
 // meter starts measuring the CPU time of this process and of the Redis

@@ -44,6 +44,10 @@ type env struct {
 	// and cclient the client its coordinators use.
 	cluster *redistest.Cluster
 	cclient *redis.ClusterClient
+	// cg is the throwaway server when it runs under callgrind
+	// (-callgrind, instead of own), and cgDir its files.
+	cg    *redistest.Callgrind
+	cgDir string
 }
 
 func newEnv(ctx context.Context, cfg config) (*env, error) {
@@ -57,7 +61,21 @@ func newEnv(ctx context.Context, cfg config) (*env, error) {
 		e.log = zerolog.New(io.Discard).Level(lvl).With().Timestamp().Str("instance", "bench").Logger()
 	}
 	url := cfg.RedisURL
-	if url == "" {
+	switch {
+	case cfg.Callgrind && url != "":
+		return nil, errors.New("-callgrind runs the throwaway redis-server under valgrind: it cannot be used with -redis")
+	case cfg.Callgrind:
+		dir, err := os.MkdirTemp("", "deploybench-callgrind-")
+		if err != nil {
+			return nil, fmt.Errorf("temp dir for redis-server: %w", err)
+		}
+		e.cgDir = dir
+		if e.cg, err = redistest.NewCallgrind(dir); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("-callgrind (needs valgrind): %w", err)
+		}
+		url = "redis://" + e.cg.Addr + "/0"
+	case url == "":
 		s, err := startRedis()
 		if err != nil {
 			return nil, err
@@ -129,6 +147,12 @@ func (e *env) Close() {
 	}
 	if e.own != nil {
 		e.own.Stop()
+	}
+	if e.cg != nil {
+		e.cg.Close()
+	}
+	if e.cgDir != "" {
+		_ = os.RemoveAll(e.cgDir)
 	}
 }
 

@@ -7,6 +7,7 @@
 //	go run . -redis redis://127.0.0.1:6379/0  # an existing Redis (only its own keys are deleted)
 //	go run . -sections throughput -cpuprofile cpu.out -blockprofile block.out
 //	go run . -sections plan -topology cluster # the N × 1 plan on one Redis and on a 3-master cluster
+//	go run . -sections floor                  # the N × 1 plan beside the floor design (floor.go) and asynq
 //
 // It is a module of its own so that asynq stays out of the product's module.
 package main
@@ -32,7 +33,7 @@ import (
 // deploycoord alone); "all" does not include it.
 var sectionNames = []string{"rtt", "create", "throughput", "scaleout", "query", "memory", "scripts"}
 
-var extraSections = []string{"plan", "shared"}
+var extraSections = []string{"plan", "shared", "floor"}
 
 // config holds the command's flags.
 type config struct {
@@ -59,6 +60,7 @@ type config struct {
 	Timeout        time.Duration
 	CommandStats   bool
 	ScriptStats    bool
+	Callgrind      bool
 	PoolSize       int
 	MemProfile     string
 	// Topology "cluster" also runs the N × 1 plan on a Redis Cluster of
@@ -90,7 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.QueryDuration, "query-duration", 4*time.Second, "length of one query load run")
 	fs.DurationVar(&c.MemSample, "mem-sample", time.Second, "heap sampling period during the big plan")
 	fs.StringVar(&sections, "sections", "all", "comma-separated sections to run: "+strings.Join(sectionNames, ", ")+
-		" (all of them: all), or plan (throughput without asynq, to profile deploycoord alone), or shared (one plan's work on 1 and 2 instances, and the -big plan on 3)")
+		" (all of them: all), or plan (throughput without asynq, to profile deploycoord alone), or shared (one plan's work on 1 and 2 instances, and the -big plan on 3), or floor (the N × 1 plan beside the least a task with the same guarantees could cost Redis, and asynq: floor.go)")
 	fs.StringVar(&c.LogLevel, "log-level", "disabled", "coordinator log level (logs go to io.Discard): disabled, info, ...")
 	fs.StringVar(&c.Format, "format", "text", "table format: text or markdown")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write a CPU profile of the sections run to this file")
@@ -105,6 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.SharedPlans, "shared-plans", true, "run plans as shared work (every instance claims tasks from the plan's queue in Redis), as cmd/deploycoord does by default "+
 		"(DEPLOYCOORD_SHARED_PLANS); false: the instance that starts a plan runs it (the storage-only run follows)")
 	fs.BoolVar(&c.CommandStats, "commandstats", false, "print Redis' per-command CPU time (INFO commandstats) after every throughput run")
+	fs.BoolVar(&c.Callgrind, "callgrind", false, "run the throwaway redis-server under valgrind's callgrind and report the instructions Redis executes per task (floor section; a figure that does not move with the machine's load; Redis runs some 50 times slower: use a small -n)")
 	fs.BoolVar(&c.ScriptStats, "scriptstats", false, "print Redis' time per script and per command (its slow log, every command logged: slower, read the shares) after every N × 1 plan run of the throughput and plan sections; needs the throwaway redis-server")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -315,6 +318,57 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 			progress("  round %d: deploycoord %d × %d noop: %s", round+1, cfg.StageTenants, cfg.Stages, pr.total.Round(time.Millisecond))
 			r.planS = append(r.planS, pr)
 			stats()
+		}
+	case "floor":
+		for round := range cfg.Rounds {
+			e.resetStats(ctx)
+			stats := func() {
+				if cfg.CommandStats {
+					for _, l := range e.commandStats(ctx) {
+						progress("    %s", l)
+					}
+				}
+				e.resetStats(ctx)
+			}
+			floor := func() error {
+				fr, err := e.runFloor(ctx, cfg.N)
+				if err != nil {
+					return err
+				}
+				progress("  round %d: floor design, %d tasks: %s", round+1, cfg.N, fr.total.Round(time.Millisecond))
+				r.floor = append(r.floor, fr)
+				stats()
+				return nil
+			}
+			ours := func() error {
+				pr, err := e.runPlan(ctx, cfg.N, 1)
+				if err != nil {
+					return err
+				}
+				progress("  round %d: deploycoord %d × 1 noop: %s", round+1, cfg.N, pr.total.Round(time.Millisecond))
+				r.floorOurs = append(r.floorOurs, pr)
+				stats()
+				return nil
+			}
+			theirs := func() error {
+				ar, err := e.runAsynq(ctx, cfg.N)
+				if err != nil {
+					return err
+				}
+				progress("  round %d: asynq %d no-op tasks: %s", round+1, cfg.N, ar.total.Round(time.Millisecond))
+				r.floorAsynq = append(r.floorAsynq, ar)
+				stats()
+				return nil
+			}
+			order := []func() error{ours, floor, theirs}
+			if round%2 == 1 {
+				order = []func() error{theirs, floor, ours}
+			}
+			for _, f := range order {
+				if err := f(); err != nil {
+					return err
+				}
+			}
 		}
 	case "scaleout", "shared": // "shared": the section's earlier name
 		res, err := e.measureScaleOut(ctx, cfg.N, cfg.Big, progress)

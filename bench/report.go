@@ -33,6 +33,9 @@ type report struct {
 	mem         *memResult
 	scripts     []scriptCost
 	scale       *scaleResult
+	// floor, floorOurs and floorAsynq are the floor section's runs.
+	floor, floorOurs []planRun
+	floorAsynq       []asynqRun
 }
 
 // row is one line of the table.
@@ -188,6 +191,9 @@ func (r *report) tables() []table {
 			cmdRow(cfg.StageTenants*cfg.Stages, "stage", planCmds(r.planS)),
 		)
 		out = append(out, t)
+	}
+	if len(r.floor) > 0 {
+		out = append(out, r.floorTable())
 	}
 	if x := r.rtt; x != nil {
 		t := table{title: fmt.Sprintf("Redis round trips (go-redis hook; plans of %d tasks × 1 and × %d noop stages)", x.tasks, x.stages)}
@@ -439,4 +445,69 @@ func storeOnlyFigure(cfg config) string {
 		return fmt.Sprintf("storage calls alone: the same %d tasks' CreatePlan and queue push, then claim + permit, task read, start (taking the lock) and final writes from %d goroutines, no coordinator", cfg.N, cfg.Concurrency)
 	}
 	return fmt.Sprintf("storage calls alone: the same %d tasks' CreatePlan, start (taking the lock) and final writes from %d goroutines, no coordinator", cfg.N, cfg.Concurrency)
+}
+
+// floorTable compares deploycoord's N × 1 plan with the floor design and
+// asynq, run alternately in the floor section.
+func (r *report) floorTable() table {
+	n := r.cfg.N
+	t := table{title: fmt.Sprintf("The floor of a task's Redis cost (median of %d rounds, order alternating)", len(r.floor))}
+	rate := func(total time.Duration) float64 { return float64(n) / total.Seconds() }
+	var ours, floor, theirs []float64
+	for _, p := range r.floorOurs {
+		ours = append(ours, rate(p.total))
+	}
+	for _, p := range r.floor {
+		floor = append(floor, rate(p.total))
+	}
+	for _, a := range r.floorAsynq {
+		theirs = append(theirs, rate(a.total))
+	}
+	t.rows = append(t.rows,
+		row{fmt.Sprintf("deploycoord: plan of %d tenants × 1 noop, create + run", n), rates(ours, "tasks/s"), "", ""},
+		cpuRow(n, "task", cpus(r.floorOurs, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total })),
+		cmdRow(n, "task", planCmds(r.floorOurs)),
+		row{fmt.Sprintf("floor design (bench/floor.go): %d tasks, the same guarantees and nothing else, on go-redis alone", n), rates(floor, "tasks/s"), "", ""},
+		cpuRow(n, "task", cpus(r.floor, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total })),
+		cmdRow(n, "task", planCmds(r.floor)),
+		row{fmt.Sprintf("asynq: %d no-op tasks, enqueue + process", n), rates(theirs, "tasks/s"), "", ""},
+		cpuRow(n, "task", cpus(r.floorAsynq, func(a asynqRun) (cpuUse, time.Duration) { return a.cpu, a.total })),
+		cmdRow(n, "task", asynqCmds(r.floorAsynq)),
+	)
+	redisPer := func(c cpuTotals) float64 {
+		var xs []float64
+		for _, u := range c.use {
+			xs = append(xs, float64(u.redis)/float64(n))
+		}
+		return median(xs)
+	}
+	o := redisPer(cpus(r.floorOurs, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total }))
+	f := redisPer(cpus(r.floor, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total }))
+	a := redisPer(cpus(r.floorAsynq, func(a asynqRun) (cpuUse, time.Duration) { return a.cpu, a.total }))
+	if f > 0 && a > 0 {
+		t.rows = append(t.rows, row{"Redis CPU per task: deploycoord / floor / asynq, as multiples of the floor",
+			fmt.Sprintf("%.2f× / 1× / %.2f×", o/f, a/f), "", ""})
+	}
+	instr := func(xs []int64) float64 {
+		var fs []float64
+		for _, x := range xs {
+			fs = append(fs, float64(x)/float64(n))
+		}
+		return median(fs)
+	}
+	var io, fl, as []int64
+	for _, p := range r.floorOurs {
+		io = append(io, p.instr)
+	}
+	for _, p := range r.floor {
+		fl = append(fl, p.instr)
+	}
+	for _, a := range r.floorAsynq {
+		as = append(as, a.instr)
+	}
+	if fi := instr(fl); fi > 0 {
+		t.rows = append(t.rows, row{"Redis instructions per task (callgrind): deploycoord / floor / asynq",
+			fmt.Sprintf("%.0f / %.0f / %.0f (%.2f× / 1× / %.2f×)", instr(io), fi, instr(as), instr(io)/fi, instr(as)/fi), "", ""})
+	}
+	return t
 }

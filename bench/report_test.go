@@ -294,3 +294,29 @@ func TestRunSharedSpreadsThePlan(t *testing.T) {
 		t.Errorf("plans owned: tasks per instance %v, want the creator's 100 only", owned.perInstance)
 	}
 }
+
+func TestFloorRunsEveryTask(t *testing.T) {
+	e := testEnv(t, true)
+	ctx := context.Background()
+	const n = 150 // not a multiple of the claim batch nor of the creation pipeline
+	pr, err := e.runFloor(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A start and a final write per task, each one script.
+	if got := pr.cmds.scripts(); got != 2*n {
+		t.Errorf("%d script calls for %d tasks, want %d (%v)", got, n, 2*n, pr.cmds)
+	}
+	// Each start took the lock (SET NX) and each final write stored a checkpoint.
+	if got := pr.cmds["set"]; got != 2*n {
+		t.Errorf("%d SETs for %d tasks, want %d (%v)", got, n, 2*n, pr.cmds)
+	}
+	if n, err := e.client.DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Errorf("keys left after the run: %d, %v", n, err)
+	}
+	r := &report{cfg: config{N: n}, floor: []planRun{pr}, floorOurs: []planRun{pr}, floorAsynq: []asynqRun{{total: pr.total, cpu: pr.cpu, cmds: pr.cmds}}}
+	tb := r.floorTable()
+	if last := tb.rows[len(tb.rows)-1]; !strings.Contains(last.figure, "multiples of the floor") || last.value != "1.00× / 1× / 1.00×" {
+		t.Errorf("last row %+v, want the three as multiples of the floor, 1.00× each", last)
+	}
+}

@@ -31,7 +31,7 @@ func (e *env) runStoreOnly(ctx context.Context, n int) (planRun, error) {
 		return planRun{}, err
 	}
 	const instance = "bench-1"
-	stop, err := meter(ctx, e.client)
+	stop, err := e.meterRedis(ctx)
 	if err != nil {
 		return planRun{}, err
 	}
@@ -77,7 +77,7 @@ func (e *env) runStoreOnly(ctx context.Context, n int) (planRun, error) {
 	if err := checkStorePlan(ctx, store, p.ID, n); err != nil {
 		return planRun{}, err
 	}
-	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: use.cpu, cmds: use.cmds}, nil
+	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: use.cpu, cmds: use.cmds, instr: use.instr}, nil
 }
 
 // runStoredTask makes the storage calls of one task run as the runner makes

@@ -27,7 +27,7 @@ func (e *env) runStoreShared(ctx context.Context, n int) (planRun, error) {
 	}
 	const instance = "bench-1"
 	const lease = 30 * time.Second
-	stop, err := meter(ctx, e.client)
+	stop, err := e.meterRedis(ctx)
 	if err != nil {
 		return planRun{}, err
 	}
@@ -114,7 +114,7 @@ func (e *env) runStoreShared(ctx context.Context, n int) (planRun, error) {
 	if err := checkStorePlan(ctx, store, p.ID, n); err != nil {
 		return planRun{}, err
 	}
-	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: use.cpu, cmds: use.cmds}, nil
+	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: use.cpu, cmds: use.cmds, instr: use.instr}, nil
 }
 
 // storePlan is a started plan of n tenants × 1 noop stage and its tasks,

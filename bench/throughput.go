@@ -21,6 +21,8 @@ type planRun struct {
 	cpu    cpuUse
 	// cmds is the commands Redis ran from CreatePlan until idle.
 	cmds cmdCounts
+	// instr is the instructions Redis executed meanwhile (-callgrind), else 0.
+	instr int64
 }
 
 // runPlan creates a plan of n tenants × stages noop stages on a fresh prefix,
@@ -34,7 +36,7 @@ func (e *env) runPlan(ctx context.Context, n, stages int) (planRun, error) {
 	}
 	defer in.shutdown()
 	spec := planSpec(0, n, stages, e.cfg.Concurrency, true)
-	stop, err := meter(ctx, e.client)
+	stop, err := e.meterRedis(ctx)
 	if err != nil {
 		return planRun{}, err
 	}
@@ -55,7 +57,7 @@ func (e *env) runPlan(ctx context.Context, n, stages int) (planRun, error) {
 	if err := verifyCompleted(ctx, in, pv.ID, 0, n, stages); err != nil {
 		return planRun{}, err
 	}
-	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: use.cpu, cmds: use.cmds}, nil
+	return planRun{create: created.Sub(start), run: done.Sub(created), total: done.Sub(start), cpu: use.cpu, cmds: use.cmds, instr: use.instr}, nil
 }
 
 // runPlanOnCluster is runPlan's plan of n tenants × 1 noop stage on the
@@ -106,6 +108,7 @@ type asynqRun struct {
 	total   time.Duration
 	cpu     cpuUse
 	cmds    cmdCounts
+	instr   int64 // Redis instructions (-callgrind), else 0
 }
 
 // quietLogger is an asynq.Logger that drops everything.
@@ -131,7 +134,7 @@ func (e *env) runAsynq(ctx context.Context, n int) (asynqRun, error) {
 	defer insp.Close()
 	defer func() { _ = insp.DeleteQueue(queue, true) }()
 
-	stop, err := meter(ctx, e.client)
+	stop, err := e.meterRedis(ctx)
 	if err != nil {
 		return asynqRun{}, err
 	}
@@ -213,5 +216,5 @@ func (e *env) runAsynq(ctx context.Context, n int) (asynqRun, error) {
 		return asynqRun{}, fmt.Errorf("asynq: queue %s shows %d processed, %d failed, %d retry, %d archived; want %d processed only",
 			queue, info.Processed, info.Failed, info.Retry, info.Archived, n)
 	}
-	return asynqRun{enqueue: enqueued.Sub(start), process: done.Sub(startSrv), total: enqueued.Sub(start) + done.Sub(startSrv), cpu: use.cpu, cmds: use.cmds}, nil
+	return asynqRun{enqueue: enqueued.Sub(start), process: done.Sub(startSrv), total: enqueued.Sub(start) + done.Sub(startSrv), cpu: use.cpu, cmds: use.cmds, instr: use.instr}, nil
 }
