@@ -35,6 +35,9 @@ func (e *env) runPlan(ctx context.Context, n, stages int) (planRun, error) {
 		return planRun{}, err
 	}
 	defer in.shutdown()
+	if err := in.settled(ctx); err != nil {
+		return planRun{}, err
+	}
 	spec := planSpec(0, n, stages, e.cfg.Concurrency, true)
 	stop, err := e.meterRedis(ctx)
 	if err != nil {
