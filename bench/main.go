@@ -216,14 +216,7 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 		r.create = res
 	case "throughput", "plan":
 		for round := range cfg.Rounds {
-			stats := func() {
-				if cfg.CommandStats {
-					for _, l := range e.commandStats(ctx) {
-						progress("    %s", l)
-					}
-				}
-				e.resetStats(ctx)
-			}
+			stats := func() { e.afterRun(ctx, progress) }
 			e.resetStats(ctx)
 			if round == 0 && name == "throughput" {
 				c, err := e.pingCeiling(ctx, cfg.Concurrency, 2*time.Second)
@@ -281,16 +274,7 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 				stats()
 				return nil
 			}
-			theirs := func() error {
-				ar, err := e.runAsynq(ctx, cfg.N)
-				if err != nil {
-					return err
-				}
-				progress("  round %d: asynq %d no-op tasks: %s (enqueue %s, process %s)", round+1, cfg.N, ar.total.Round(time.Millisecond), ar.enqueue.Round(time.Millisecond), ar.process.Round(time.Millisecond))
-				r.asynq = append(r.asynq, ar)
-				stats()
-				return nil
-			}
+			theirs := func() error { return e.asynqRound(ctx, round, &r.asynq, progress) }
 			order := []func() error{ours, storeOnly, theirs}
 			switch {
 			case name == "plan":
@@ -322,14 +306,7 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 	case "floor":
 		for round := range cfg.Rounds {
 			e.resetStats(ctx)
-			stats := func() {
-				if cfg.CommandStats {
-					for _, l := range e.commandStats(ctx) {
-						progress("    %s", l)
-					}
-				}
-				e.resetStats(ctx)
-			}
+			stats := func() { e.afterRun(ctx, progress) }
 			floor := func() error {
 				fr, err := e.runFloor(ctx, cfg.N)
 				if err != nil {
@@ -350,16 +327,7 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 				stats()
 				return nil
 			}
-			theirs := func() error {
-				ar, err := e.runAsynq(ctx, cfg.N)
-				if err != nil {
-					return err
-				}
-				progress("  round %d: asynq %d no-op tasks: %s", round+1, cfg.N, ar.total.Round(time.Millisecond))
-				r.floorAsynq = append(r.floorAsynq, ar)
-				stats()
-				return nil
-			}
+			theirs := func() error { return e.asynqRound(ctx, round, &r.floorAsynq, progress) }
 			order := []func() error{ours, floor, theirs}
 			if round%2 == 1 {
 				order = []func() error{theirs, floor, ours}
@@ -396,6 +364,31 @@ func (e *env) runSection(ctx context.Context, name string, r *report, progress f
 		r.scripts = res
 	}
 	return nil
+}
+
+// asynqRound is one round's asynq run (-n tasks): reported, appended to
+// into, followed by afterRun.
+func (e *env) asynqRound(ctx context.Context, round int, into *[]asynqRun, progress func(string, ...any)) error {
+	ar, err := e.runAsynq(ctx, e.cfg.N)
+	if err != nil {
+		return err
+	}
+	progress("  round %d: asynq %d no-op tasks: %s (enqueue %s, process %s)", round+1, e.cfg.N,
+		ar.total.Round(time.Millisecond), ar.enqueue.Round(time.Millisecond), ar.process.Round(time.Millisecond))
+	*into = append(*into, ar)
+	e.afterRun(ctx, progress)
+	return nil
+}
+
+// afterRun prints Redis' per-command time when -commandstats asks for it
+// and resets the server's statistics for the next run.
+func (e *env) afterRun(ctx context.Context, progress func(string, ...any)) {
+	if e.cfg.CommandStats {
+		for _, l := range e.commandStats(ctx) {
+			progress("    %s", l)
+		}
+	}
+	e.resetStats(ctx)
 }
 
 // startProfiles starts the profiles asked for; the function it returns
