@@ -62,7 +62,8 @@ type Config struct {
 	NoReadBatching bool
 	// FullWrites sends every mutable record field on every task write. By
 	// default a write of a RUNNING task sends only the fields that changed
-	// since its last write this store saw acknowledged (see delta.go).
+	// since its last write this store saw acknowledged (see delta.go), and
+	// a task's first write (seq 0) leaves out the fields still at their zero.
 	FullWrites bool
 	// WriteBatchMax is the most task writes one shared pipeline carries
 	// (default WriteBatchMaxDefault).

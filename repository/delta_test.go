@@ -98,17 +98,33 @@ func has(fields []string, f string) bool {
 
 // A write of a RUNNING task sends only what changed since its last write
 // (and heartbeatAt), relative to that write's id; the record reads the same
-// as after whole writes. A start, re-run or takeover sends everything.
+// as after whole writes. A re-run or takeover sends everything; a start,
+// the task's first write, everything but the fields still at their zero.
 func TestDeltaWrites(t *testing.T) {
 	t.Parallel()
 	eachRedis(t, Config{}, func(t *testing.T, e *env) {
 		h := &writeArgs{}
 		e.client.AddHook(h)
-		fx := createPlan(t, e, 2, 0)
+		fx := createPlan(t, e, 3, 0)
 		r := start(t, e, fx.tasks[0], 1)
-		if f := h.last(); has(f, checkPrevWrite) || len(f) < len(mutableFields) {
-			t.Fatalf("the start sent %v, want every field", f)
+		// The start is the task's first write: every mutable field that is
+		// not at its zero (a new record lacks those), and no base.
+		vals := mutableValues(r.tk)
+		f := h.last()
+		if has(f, checkPrevWrite) {
+			t.Fatalf("the start sent %v, want no ?prevWrite", f)
 		}
+		for i, name := range mutableFields {
+			if at0 := vals[i] == zeroOf(name); has(f, name) == at0 {
+				t.Errorf("the start sent %v: %s (%q) sent = %v, want %v", f, name, vals[i], has(f, name), !at0)
+			}
+		}
+		for _, name := range []string{fStageIndex, fLastError, fReason, fFinishedAt} {
+			if has(f, name) {
+				t.Errorf("the start sent %s, at its zero", name)
+			}
+		}
+		checkStored(t, e, r.tk)
 		for i := 1; i < 3; i++ {
 			e.clock.Add(time.Second)
 			r.tk.EnterStage(i, stageNames[i], e.clock.Now())
@@ -151,6 +167,24 @@ func TestDeltaWrites(t *testing.T) {
 		}
 		checkStored(t, e, r2.tk)
 
+		// A first write that is not a start (a PENDING task cancelled)
+		// leaves out the fields at their zero as well; the record reads as
+		// the task.
+		pending := fx.tasks[2]
+		e.clock.Add(time.Second)
+		if err := pending.Cancel(e.clock.Now(), "not needed"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.store.WriteTask(ctxT(t), task.Write{Task: pending, PrevStatus: task.StatusPending, ExpectSeq: 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending.Seq = res.Seq
+		if f := h.last(); !has(f, fReason) || !has(f, fFinishedAt) || has(f, fOwner) || has(f, fLastError) || has(f, fStageIndex) {
+			t.Fatalf("the cancel of a pending task sent %v, want reason and finishedAt, not the fields at their zero", f)
+		}
+		checkStored(t, e, pending)
+
 		// A refused write forgets the task: the next one is whole.
 		stale := task.Write{Task: r2.tk, PrevStatus: task.StatusRunning, ExpectSeq: r2.tk.Seq - 1, Guard: r2.guard}
 		if _, err := e.store.WriteTask(ctxT(t), stale); err == nil {
@@ -174,6 +208,9 @@ func TestFullWrites(t *testing.T) {
 		e.client.AddHook(h)
 		fx := createPlan(t, e, 1, 0)
 		r := start(t, e, fx.tasks[0], 1)
+		if f := h.last(); len(f) < len(mutableFields) {
+			t.Fatalf("the start sent %v, want every field", f)
+		}
 		e.clock.Add(time.Second)
 		r.tk.EnterStage(1, stageNames[1], e.clock.Now())
 		r.mustWrite(task.StatusRunning, task.Write{})

@@ -105,6 +105,9 @@
 //     store saw acknowledged, and heartbeatAt, relative to that write's id
 //     ("?prevWrite"); a record that no longer carries that id answers "send
 //     them" the same way (delta.go; Config.FullWrites turns it off).
+//     A task's first write (seq 0: the record as created, which leaves out
+//     the mutable fields at their zero) leaves out those still at their
+//     zero too.
 //     The script runs after a prefix of its kind (scripts.go): write_lock.lua
 //     for a write under a lock taken before, start_lock.lua for a task's
 //     start that takes the tenant lock itself (task.Write.TakeLock: a key

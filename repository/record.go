@@ -116,6 +116,16 @@ var mutableFields = [...]string{
 	fHeartbeatAt, fStartedAt, fFinishedAt, fUpdatedAt, fStageStartedAt,
 }
 
+// zeroOf is the value a mutable field reads as when the record lacks it:
+// "0" for a number, "" for a string or time. A new record leaves such
+// values out, and so does a task's first write (see scriptArgs).
+func zeroOf(field string) string {
+	if field == fAttempt || field == fStageIndex {
+		return "0"
+	}
+	return ""
+}
+
 // mutableValues returns the values of mutableFields for t (the numbers and
 // times formatted into one allocation).
 func mutableValues(t *task.Task) [len(mutableFields)]string {
@@ -193,11 +203,7 @@ func taskRecord(t *task.Task) ([]string, error) {
 	add(fParams, f.params, "")
 	vals := mutableValues(t)
 	for i, name := range mutableFields[1:] {
-		zero := ""
-		if name == fAttempt || name == fStageIndex {
-			zero = "0"
-		}
-		add(name, vals[i+1], zero)
+		add(name, vals[i+1], zeroOf(name))
 	}
 	add(fTotalStages, f.totalStages, "0")
 	add(fCreatedAt, f.createdAt, "")

@@ -307,7 +307,7 @@ func TestRedisWriteReplayIsIdempotent(t *testing.T) {
 		}
 		tw.timelineMax, tw.ttl = 200, 60000
 		writeID := "write-1"
-		args := tw.scriptArgs(&writeID, false, nil)
+		args := tw.scriptArgs(&writeID, false, nil, false)
 		keys := []string{tkk.task, tkk.ckpt, tkk.timeline, tkk.lock, tkk.history}
 		for i := 0; i < 2; i++ {
 			v, err := e.redis.run(ctx, writeTaskScript, keys, args...)

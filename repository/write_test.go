@@ -928,7 +928,7 @@ func TestReleaseWriteLeavesLocksItDoesNotRelease(t *testing.T) {
 		tw.fixed.sum = "not-the-stored-sum"
 		writeID := "fixed-1"
 		v, err := e.redis.run(ctx, writeTaskScript, []string{tkk.task, tkk.ckpt, tkk.timeline, tkk.lock, tkk.history},
-			tw.scriptArgs(&writeID, false, nil)...)
+			tw.scriptArgs(&writeID, false, nil, false)...)
 		if err != nil || replyInt(v.([]any)[0]) != 2 {
 			t.Fatalf("release with a wrong fixed-field digest: %v, %v; want {2, fixed}", v, err)
 		}
