@@ -452,62 +452,47 @@ func storeOnlyFigure(cfg config) string {
 func (r *report) floorTable() table {
 	n := r.cfg.N
 	t := table{title: fmt.Sprintf("The floor of a task's Redis cost (median of %d rounds, order alternating)", len(r.floor))}
-	rate := func(total time.Duration) float64 { return float64(n) / total.Seconds() }
-	var ours, floor, theirs []float64
-	for _, p := range r.floorOurs {
-		ours = append(ours, rate(p.total))
+	// side is one of the three compared: its runs' figures.
+	type side struct {
+		figure string
+		rates  []float64
+		cpu    cpuTotals
+		cmds   []cmdCounts
+		instr  []float64 // Redis instructions a task (-callgrind), else 0
 	}
-	for _, p := range r.floor {
-		floor = append(floor, rate(p.total))
-	}
-	for _, a := range r.floorAsynq {
-		theirs = append(theirs, rate(a.total))
-	}
-	t.rows = append(t.rows,
-		row{fmt.Sprintf("deploycoord: plan of %d tenants × 1 noop, create + run", n), rates(ours, "tasks/s"), "", ""},
-		cpuRow(n, "task", cpus(r.floorOurs, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total })),
-		cmdRow(n, "task", planCmds(r.floorOurs)),
-		row{fmt.Sprintf("floor design (bench/floor.go): %d tasks, the same guarantees and nothing else, on go-redis alone", n), rates(floor, "tasks/s"), "", ""},
-		cpuRow(n, "task", cpus(r.floor, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total })),
-		cmdRow(n, "task", planCmds(r.floor)),
-		row{fmt.Sprintf("asynq: %d no-op tasks, enqueue + process", n), rates(theirs, "tasks/s"), "", ""},
-		cpuRow(n, "task", cpus(r.floorAsynq, func(a asynqRun) (cpuUse, time.Duration) { return a.cpu, a.total })),
-		cmdRow(n, "task", asynqCmds(r.floorAsynq)),
-	)
-	redisPer := func(c cpuTotals) float64 {
-		var xs []float64
-		for _, u := range c.use {
-			xs = append(xs, float64(u.redis)/float64(n))
+	ofPlans := func(figure string, runs []planRun) side {
+		s := side{figure: figure, cpu: cpus(runs, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total }), cmds: planCmds(runs)}
+		for _, p := range runs {
+			s.rates, s.instr = append(s.rates, float64(n)/p.total.Seconds()), append(s.instr, float64(p.instr)/float64(n))
 		}
-		return median(xs)
+		return s
 	}
-	o := redisPer(cpus(r.floorOurs, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total }))
-	f := redisPer(cpus(r.floor, func(p planRun) (cpuUse, time.Duration) { return p.cpu, p.total }))
-	a := redisPer(cpus(r.floorAsynq, func(a asynqRun) (cpuUse, time.Duration) { return a.cpu, a.total }))
-	if f > 0 && a > 0 {
+	theirs := side{figure: fmt.Sprintf("asynq: %d no-op tasks, enqueue + process", n),
+		cpu: cpus(r.floorAsynq, func(a asynqRun) (cpuUse, time.Duration) { return a.cpu, a.total }), cmds: asynqCmds(r.floorAsynq)}
+	for _, a := range r.floorAsynq {
+		theirs.rates, theirs.instr = append(theirs.rates, float64(n)/a.total.Seconds()), append(theirs.instr, float64(a.instr)/float64(n))
+	}
+	sides := []side{
+		ofPlans(fmt.Sprintf("deploycoord: plan of %d tenants × 1 noop, create + run", n), r.floorOurs),
+		ofPlans(fmt.Sprintf("floor design (bench/floor.go): %d tasks, the same guarantees and nothing else, on go-redis alone", n), r.floor),
+		theirs,
+	}
+	var redis, instr [3]float64
+	for i, s := range sides {
+		t.rows = append(t.rows, row{s.figure, rates(s.rates, "tasks/s"), "", ""}, cpuRow(n, "task", s.cpu), cmdRow(n, "task", s.cmds))
+		var per []float64
+		for _, u := range s.cpu.use {
+			per = append(per, float64(u.redis)/float64(n))
+		}
+		redis[i], instr[i] = median(per), median(s.instr)
+	}
+	if f := redis[1]; f > 0 && redis[2] > 0 {
 		t.rows = append(t.rows, row{"Redis CPU per task: deploycoord / floor / asynq, as multiples of the floor",
-			fmt.Sprintf("%.2f× / 1× / %.2f×", o/f, a/f), "", ""})
+			fmt.Sprintf("%.2f× / 1× / %.2f×", redis[0]/f, redis[2]/f), "", ""})
 	}
-	instr := func(xs []int64) float64 {
-		var fs []float64
-		for _, x := range xs {
-			fs = append(fs, float64(x)/float64(n))
-		}
-		return median(fs)
-	}
-	var io, fl, as []int64
-	for _, p := range r.floorOurs {
-		io = append(io, p.instr)
-	}
-	for _, p := range r.floor {
-		fl = append(fl, p.instr)
-	}
-	for _, a := range r.floorAsynq {
-		as = append(as, a.instr)
-	}
-	if fi := instr(fl); fi > 0 {
+	if f := instr[1]; f > 0 {
 		t.rows = append(t.rows, row{"Redis instructions per task (callgrind): deploycoord / floor / asynq",
-			fmt.Sprintf("%.0f / %.0f / %.0f (%.2f× / 1× / %.2f×)", instr(io), fi, instr(as), instr(io)/fi, instr(as)/fi), "", ""})
+			fmt.Sprintf("%.0f / %.0f / %.0f (%.2f× / 1× / %.2f×)", instr[0], f, instr[2], instr[0]/f, instr[2]/f), "", ""})
 	}
 	return t
 }

@@ -319,4 +319,12 @@ func TestFloorRunsEveryTask(t *testing.T) {
 	if last := tb.rows[len(tb.rows)-1]; !strings.Contains(last.figure, "multiples of the floor") || last.value != "1.00× / 1× / 1.00×" {
 		t.Errorf("last row %+v, want the three as multiples of the floor, 1.00× each", last)
 	}
+	// With instructions counted (-callgrind), a row of them follows.
+	pr.instr = 300 * n
+	r = &report{cfg: config{N: n}, floor: []planRun{pr}, floorOurs: []planRun{{total: pr.total, cpu: pr.cpu, cmds: pr.cmds, instr: 900 * n}},
+		floorAsynq: []asynqRun{{total: pr.total, cpu: pr.cpu, cmds: pr.cmds, instr: 150 * n}}}
+	tb = r.floorTable()
+	if last := tb.rows[len(tb.rows)-1]; !strings.Contains(last.figure, "instructions") || last.value != "900 / 300 / 150 (3.00× / 1× / 0.50×)" {
+		t.Errorf("last row %+v, want the instructions a task, 900 / 300 / 150", last)
+	}
 }
