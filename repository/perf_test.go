@@ -448,6 +448,22 @@ func TestWriteChangedFixedFields(t *testing.T) {
 	})
 }
 
+// setTTLs gives keys the TTL d.
+func setTTLs(ctx context.Context, e *env, d time.Duration, keys ...string) {
+	for _, k := range keys {
+		e.client.PExpire(ctx, k, d)
+	}
+}
+
+// ttlsOf returns the TTLs keys have left.
+func ttlsOf(ctx context.Context, e *env, keys ...string) []time.Duration {
+	out := make([]time.Duration, len(keys))
+	for i, k := range keys {
+		out[i] = e.client.PTTL(ctx, k).Val()
+	}
+	return out
+}
+
 // TestWriteRefreshesTTLsWhenLow: writes give a task's keys the TTL again
 // only when they got it more than min(TTL/100, 30 s) ago (the record's
 // ttlAt, by the writer's clock).
@@ -461,18 +477,8 @@ func TestWriteRefreshesTTLsWhenLow(t *testing.T) {
 		tk, _ := e.redis.keys.taskKeys(r.tk.TenantID, r.tk.ID)
 		pk, _ := e.redis.keys.planKeys(fx.plan.ID)
 		keys := []string{tk.task, tk.timeline, tk.history}
-		setTTL := func(d time.Duration, keys ...string) {
-			for _, k := range keys {
-				e.client.PExpire(ctx, k, d)
-			}
-		}
-		ttls := func(keys ...string) []time.Duration {
-			out := make([]time.Duration, len(keys))
-			for i, k := range keys {
-				out[i] = e.client.PTTL(ctx, k).Val()
-			}
-			return out
-		}
+		setTTL := func(d time.Duration, keys ...string) { setTTLs(ctx, e, d, keys...) }
+		ttls := func(keys ...string) []time.Duration { return ttlsOf(ctx, e, keys...) }
 		// Given 10 s ago: a write leaves the TTLs alone.
 		setTTL(ttl-10*time.Second, keys...)
 		e.clock.Add(10 * time.Second)
@@ -519,16 +525,12 @@ func TestCountsMoveTTLAt(t *testing.T) {
 		if got, want := ttlAt(), fmt.Sprint(e.clock.Now().UnixMilli()); got != want {
 			t.Fatalf("ttlAt %q after creation, want %s", got, want)
 		}
-		shortTTL := func() {
-			for _, k := range keys {
-				e.client.PExpire(ctx, k, time.Hour)
-			}
-		}
+		shortTTL := func() { setTTLs(ctx, e, time.Hour, keys...) }
 		refreshed := func() bool {
 			t.Helper()
 			n := 0
-			for _, k := range keys {
-				if e.client.PTTL(ctx, k).Val() > ttl-time.Minute {
+			for _, d := range ttlsOf(ctx, e, keys...) {
+				if d > ttl-time.Minute {
 					n++
 				}
 			}
