@@ -88,8 +88,8 @@ func (tw *EncodedWrite) ID() string { return tw.id }
 // scriptArgs returns write_task.lua's arguments; full sends the fixed
 // fields themselves instead of their digest; a base (not full) sends only
 // the mutable fields that differ from it, and heartbeatAt (delta.go);
-// sparse (not full) leaves out of a task's first write the mutable fields
-// at their zero.
+// sparse leaves out of a task's first write the mutable fields at their
+// zero (not with Config.FullWrites, nor in the resend with the fixed fields).
 func (tw *EncodedWrite) scriptArgs(writeID *string, full bool, base *ackWrite, sparse bool) []any {
 	if full {
 		base = nil
@@ -126,7 +126,7 @@ func (tw *EncodedWrite) scriptArgs(writeID *string, full bool, base *ackWrite, s
 	// the mutable fields at their zero) leaves out those still at zero: the
 	// record keeps lacking them, which reads the same. Fewer arguments, a
 	// shorter HSET and a smaller record for every later write to scan.
-	first := sparse && tw.expect == 0 && !full
+	first := sparse && tw.expect == 0
 	for i := range mutableFields {
 		if first && tw.vals[i] == zeroOf(mutableFields[i]) {
 			n--
