@@ -165,6 +165,56 @@ func TestClaimedStartDuringShutdown(t *testing.T) {
 	})
 }
 
+// TestClaimedStartNotOrphaned: between a claimed start landing (the task
+// RUNNING in Redis, owned by this instance) and its run being registered,
+// the instance answers the task as running here, not orphaned — for the
+// task and in the plan's orphaned count — and a pause request is taken
+// (the run pauses at a later boundary).
+// (Seen in deployctl's TestTaskActions as an INVALID_STATE "orphaned" for
+// a pause sent right after the start.)
+func TestClaimedStartNotOrphaned(t *testing.T) {
+	t.Parallel()
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be)
+		b.stopDefault()
+		ctx := context.Background()
+		store := &holdClaimedStart{Redis: b.store, entered: make(chan struct{}), open: make(chan struct{})}
+		cfg := b.cfg
+		cfg.Instance = "coord-x"
+		x, err := facade.New(store, b.locks, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_ = x.Shutdown(sctx)
+		})
+		v, err := x.CreatePlan(ctx, spec([]task.StageSpec{b.httpStage("one", task.RetryPolicy{}), b.httpStage("two", task.RetryPolicy{})}, "t-window"), anyone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-store.entered // the start is RUNNING in Redis, its answer held
+		tv, err := x.TaskByTenant(ctx, "t-window")
+		if err != nil || tv.Status != task.StatusRunning || tv.Owner != "coord-x" || tv.Orphaned {
+			t.Errorf("task while its start is answered: %s owned by %s, orphaned %v, %v; want RUNNING on coord-x, not orphaned",
+				tv.Status, tv.Owner, tv.Orphaned, err)
+		}
+		if pv, err := x.Plan(ctx, v.ID); err != nil || pv.Orphaned != 0 {
+			t.Errorf("plan while its task's start is answered: %d orphaned, %v; want 0", pv.Orphaned, err)
+		}
+		if _, err := x.PauseTask(ctx, "t-window", "hold", anyone); err != nil {
+			t.Errorf("pause while the start is answered: %v, want taken", err)
+		}
+		close(store.open)
+		// The request is stored; the run, registered after it, sees it in
+		// the answer of its next write and pauses at the boundary after.
+		if tv := b.waitTask(x, "t-window", task.StatusPaused); tv.Reason != "hold" {
+			t.Errorf("paused for %q, want hold", tv.Reason)
+		}
+	})
+}
+
 // TestStartsTakeLock: starts take the lock in their write only when the
 // store and the locker name the same lock keys; an in-process locker, or a
 // locker on other keys, keeps the lock first.

@@ -110,9 +110,12 @@ type Coordinator struct {
 	mu    sync.Mutex
 	plans map[string]*planRun // plans this instance starts tasks for
 	tasks map[string]*taskRun // task runs on this instance, by task id
-	// acquiring counts, by task id, the calls on this instance between
-	// taking a task's lock and registering its run (beginAcquire).
-	acquiring map[string]int
+	// acquiring marks, by task id, the calls on this instance between
+	// taking a task's lock and registering its run (beginAcquire). A claimed
+	// start registers its run only after its RUNNING write lands, so its
+	// task is RUNNING here before c.tasks has it: orphaned and localRuns
+	// count it as running here meanwhile.
+	acquiring map[string]*acquireMark
 	runs      sync.WaitGroup
 
 	closing atomic.Bool
@@ -295,9 +298,11 @@ func (c *Coordinator) orphaned(t *task.Task) bool {
 	if t.Owner == c.cfg.Instance {
 		c.mu.Lock()
 		_, here := c.tasks[t.ID]
+		here = here || c.acquiring[t.ID] != nil
 		c.mu.Unlock()
-		// A task of this instance id that does not run here belongs to an
-		// earlier process with the same id, which died.
+		// A task of this instance id that does not run here, nor is being
+		// started here, belongs to an earlier process with the same id,
+		// which died.
 		return !here
 	}
 	if alive, known := c.ownerAlive(t.Owner); known && !alive {

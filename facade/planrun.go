@@ -300,7 +300,7 @@ func (pr *planRun) runItem(it planItem) (again bool) {
 func (c *Coordinator) startTask(pr *planRun, t *task.Task) (again bool) {
 	log := pr.log.With().Str("task_id", t.ID).Str("tenant_id", t.TenantID).Logger()
 	c.waitSuspect()
-	acquired := c.beginAcquire(t.ID)
+	acquired := c.beginAcquire(t)
 	defer acquired()
 	if c.claims != nil {
 		if again, done := c.startClaimed(pr, t, acquired, log); done {
@@ -450,7 +450,8 @@ func (c *Coordinator) freeOwnStaleLock(t *task.Task, locked *tenantlock.LockedEr
 		return false
 	}
 	c.mu.Lock()
-	live := c.tasks[t.ID] != nil || c.acquiring[t.ID] > 1
+	m := c.acquiring[t.ID]
+	live := c.tasks[t.ID] != nil || m != nil && m.calls > 1
 	c.mu.Unlock()
 	if live {
 		return false
@@ -468,23 +469,34 @@ func (c *Coordinator) freeOwnStaleLock(t *task.Task, locked *tenantlock.LockedEr
 // beginAcquire marks a call that takes the lock of task taskID and
 // registers its run (see freeOwnStaleLock); done ends it (it may be called
 // more than once).
-func (c *Coordinator) beginAcquire(taskID string) (done func()) {
+func (c *Coordinator) beginAcquire(t *task.Task) (done func()) {
 	c.mu.Lock()
 	if c.acquiring == nil {
-		c.acquiring = map[string]int{}
+		c.acquiring = map[string]*acquireMark{}
 	}
-	c.acquiring[taskID]++
+	m := c.acquiring[t.ID]
+	if m == nil {
+		m = &acquireMark{planID: t.PlanID}
+		c.acquiring[t.ID] = m
+	}
+	m.calls++
 	c.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			c.mu.Lock()
-			if c.acquiring[taskID]--; c.acquiring[taskID] <= 0 {
-				delete(c.acquiring, taskID)
+			if m.calls--; m.calls <= 0 {
+				delete(c.acquiring, t.ID)
 			}
 			c.mu.Unlock()
 		})
 	}
+}
+
+// acquireMark is a task's entry in Coordinator.acquiring.
+type acquireMark struct {
+	planID string
+	calls  int // calls between taking the lock and registering the run
 }
 
 func (c *Coordinator) releaseQuietly(lease Lease) {

@@ -167,13 +167,19 @@ func (c *Coordinator) orphanedCount(ctx context.Context, planID string, counts p
 	return max(running, 0)
 }
 
-// localRuns counts the runs of a plan's tasks on this instance.
+// localRuns counts the runs of a plan's tasks on this instance, those being
+// started included (Coordinator.acquiring).
 func (c *Coordinator) localRuns(planID string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := 0
 	for _, r := range c.tasks {
 		if r.t.PlanID == planID {
+			n++
+		}
+	}
+	for id, m := range c.acquiring {
+		if m.planID == planID && c.tasks[id] == nil {
 			n++
 		}
 	}

@@ -266,7 +266,7 @@ func stageAt(names []string, i int) string {
 // runs it.
 func (c *Coordinator) rerun(ctx context.Context, t *task.Task, p *plan.Plan, stages []stage.Runnable, rs rerunSpec, pr *planRun) (*taskRun, int, error) {
 	holder := tenantlock.Holder{PlanID: t.PlanID, TaskID: t.ID, Instance: c.cfg.Instance}
-	defer c.beginAcquire(t.ID)() // until the run is registered (or not)
+	defer c.beginAcquire(t)() // until the run is registered (or not)
 	lease, err := c.locks.Acquire(ctx, t.TenantID, holder)
 	var stale *tenantlock.LockedError
 	if errors.As(err, &stale) && c.freeOwnStaleLock(t, stale) {
