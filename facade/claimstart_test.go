@@ -95,17 +95,25 @@ func TestClaimedStartFenceAhead(t *testing.T) {
 	})
 }
 
-// holdClaimedStart is a store whose first start that takes the lock lands
-// and then waits for open before answering.
-type holdClaimedStart struct {
+// holdWrite is a store whose first write that match accepts lands and
+// then waits for open before answering.
+type holdWrite struct {
 	*repository.Redis
+	match         func(task.Write) bool
 	once          sync.Once
 	entered, open chan struct{}
 }
 
-func (h *holdClaimedStart) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, error) {
+func newHoldWrite(r *repository.Redis, match func(task.Write) bool) *holdWrite {
+	return &holdWrite{Redis: r, match: match, entered: make(chan struct{}), open: make(chan struct{})}
+}
+
+// claimedStart matches a start that takes the lock in its write.
+func claimedStart(w task.Write) bool { return w.TakeLock > 0 }
+
+func (h *holdWrite) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, error) {
 	res, err := h.Redis.WriteTask(ctx, w)
-	if w.TakeLock > 0 {
+	if h.match(w) {
 		h.once.Do(func() {
 			close(h.entered)
 			<-h.open
@@ -126,7 +134,7 @@ func TestClaimedStartDuringShutdown(t *testing.T) {
 		ctx := context.Background()
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		store := &holdClaimedStart{Redis: b.store, entered: make(chan struct{}), open: make(chan struct{})}
+		store := newHoldWrite(b.store, claimedStart)
 		cfg := b.cfg
 		cfg.Instance = "coord-x"
 		x, err := facade.New(store, b.locks, cfg)
@@ -178,7 +186,7 @@ func TestClaimedStartNotOrphaned(t *testing.T) {
 		b := setup(t, be)
 		b.stopDefault()
 		ctx := context.Background()
-		store := &holdClaimedStart{Redis: b.store, entered: make(chan struct{}), open: make(chan struct{})}
+		store := newHoldWrite(b.store, claimedStart)
 		cfg := b.cfg
 		cfg.Instance = "coord-x"
 		x, err := facade.New(store, b.locks, cfg)
@@ -316,5 +324,64 @@ func TestStaleCreatedCopyStartsFromRedis(t *testing.T) {
 			t.Errorf("task attempt %d owner %s, stage called %d times, counts %v; want attempt 2 by the creator, 2 calls, 1 completed",
 				tv.Attempt, tv.Owner, b.target.count("t-stale", "one"), pv.Counts)
 		}
+	})
+}
+
+// TestQuickResumeStaysRegistered: a task resumed while its paused run has
+// not finished yet (the PAUSED write landed, its answer not back) runs on
+// a new run; the old run's end must not unregister the new one, or the
+// instance would call its own running task orphaned and refuse requests
+// for it until it ends (seen in deployctl's TestTaskActions under load).
+func TestQuickResumeStaysRegistered(t *testing.T) {
+	t.Parallel()
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be)
+		b.stopDefault()
+		ctx := context.Background()
+		store := newHoldWrite(b.store, func(w task.Write) bool { return w.Task.Status == task.StatusPaused })
+		cfg := b.cfg
+		cfg.Instance = "coord-x"
+		x, err := facade.New(store, b.locks, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			b.gates.openAll()
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			_ = x.Shutdown(sctx)
+		})
+		if _, err := x.CreatePlan(ctx, spec([]task.StageSpec{gateStage("g1"), gateStage("g2"), gateStage("g3")}, "t-quick"), anyone); err != nil {
+			t.Fatal(err)
+		}
+		b.gates.wait(t, "t-quick", "g1")
+		if _, err := x.PauseTask(ctx, "t-quick", "hold", anyone); err != nil {
+			t.Fatal(err)
+		}
+		b.gates.release("t-quick", "g1")
+		<-store.entered // PAUSED in Redis, the lock released; the old run waits for the answer
+		if _, err := x.ResumeTask(ctx, "t-quick", "go on", anyone); err != nil {
+			t.Fatal(err)
+		}
+		b.gates.wait(t, "t-quick", "g2") // the new run is in its stage
+		close(store.open)                // the old run ends now
+		eventually(t, 5*time.Second, func() error {
+			if x.Running() != 0 {
+				return nil
+			}
+			return errors.New("no run registered")
+		})
+		time.Sleep(100 * time.Millisecond) // the old run's end, if it were to unregister the new run
+		if n := x.Running(); n != 1 {
+			t.Errorf("%d runs registered while the resumed task runs, want 1", n)
+		}
+		if tv, err := x.TaskByTenant(ctx, "t-quick"); err != nil || tv.Status != task.StatusRunning || tv.Orphaned {
+			t.Errorf("resumed task: %s, orphaned %v, %v; want RUNNING, not orphaned", tv.Status, tv.Orphaned, err)
+		}
+		if _, err := x.CancelTask(ctx, "t-quick", "done with it", anyone); err != nil {
+			t.Errorf("cancel of the resumed task: %v, want taken", err)
+		}
+		b.gates.release("t-quick", "g2") // cancelled at the boundary before g3
+		b.waitTask(x, "t-quick", task.StatusCancelled)
 	})
 }

@@ -519,9 +519,12 @@ func (pr *planRun) add(r *taskRun) {
 	}
 }
 
-func (pr *planRun) taskDone(id string) {
+// taskDone forgets the run r, unless a newer run of its task replaced it.
+func (pr *planRun) taskDone(r *taskRun) {
 	pr.mu.Lock()
-	delete(pr.running, id)
+	if pr.running[r.t.ID] == r {
+		delete(pr.running, r.t.ID)
+	}
 	pr.mu.Unlock()
 }
 

@@ -613,11 +613,15 @@ func (r *taskRun) finish() {
 	}
 	r.cancel(nil)
 	r.stopRun()
+	// Only this run's own entries: a resume (or retry) of the task may
+	// have registered a new run before this one got here.
 	r.c.mu.Lock()
-	delete(r.c.tasks, r.t.ID)
+	if r.c.tasks[r.t.ID] == r {
+		delete(r.c.tasks, r.t.ID)
+	}
 	r.c.mu.Unlock()
 	if r.pr != nil {
-		r.pr.taskDone(r.t.ID)
+		r.pr.taskDone(r)
 	}
 	r.c.runs.Done()
 }
