@@ -86,9 +86,11 @@ func (c *Coordinator) StartsTakeLock() bool { return c.claims != nil }
 // tenant lock, and runs it. done is false when nothing was written and the
 // start goes the usual way (startTask): the tenant is locked, its fence
 // counter is ahead of this instance's clock, the checkpoint of a queued
-// retry could not be read, or the instance is shutting down. Otherwise
+// retry could not be read, or the instance is shutting down — and, for a
+// blind start (blindTask), when the record was not as created (written
+// since, or of another plan): the caller reads the task then. Otherwise
 // again is startTask's answer.
-func (c *Coordinator) startClaimed(pr *planRun, t *task.Task, acquired func(), log zerolog.Logger) (again, done bool) {
+func (c *Coordinator) startClaimed(pr *planRun, t *task.Task, acquired func(), log zerolog.Logger, blind bool) (again, done bool) {
 	ck, from, err := c.queuedCheckpoint(t, len(pr.stages))
 	if err != nil {
 		return false, false // the usual way reads it again and reports it
@@ -115,7 +117,7 @@ func (c *Coordinator) startClaimed(pr *planRun, t *task.Task, acquired func(), l
 	}
 	w := task.Write{
 		Task: &started, PrevStatus: prev, ExpectSeq: started.Seq,
-		Guard: task.Guard{LockValue: claim.Value, Fence: claim.Fence}, TakeLock: claim.Lease, ID: task.NewWriteID(),
+		Guard: task.Guard{LockValue: claim.Value, Fence: claim.Fence}, TakeLock: claim.Lease, Blind: blind, ID: task.NewWriteID(),
 		Events: []task.Event{{At: now.UTC(), Type: task.EventStarted, Instance: c.cfg.Instance, Fence: claim.Fence, Attempt: started.Attempt}},
 	}
 	res, err := c.writeClaimed(w, claim)
@@ -124,6 +126,8 @@ func (c *Coordinator) startClaimed(pr *planRun, t *task.Task, acquired func(), l
 		var refused *task.RefusedError
 		switch {
 		case errors.Is(err, task.ErrLockNotTaken):
+			return false, false
+		case blind && errors.As(err, &refused) && (refused.Status == task.StatusPending || refused.Reason == task.RefusedPlan):
 			return false, false
 		case errors.As(err, &refused) && refused.Status != task.StatusPending:
 			return false, true // someone else started or cancelled it meanwhile

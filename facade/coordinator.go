@@ -103,9 +103,12 @@ type Coordinator struct {
 	// claims takes a task's lock in its start write (claimstart.go); nil
 	// when the store and the locker cannot.
 	claims claimer
-	cfg    Config
-	log    zerolog.Logger
-	now    Clock
+	// blindStarts: a claimed start entry whose task is not in memory starts
+	// without reading the task (blindTask); needs claims.
+	blindStarts bool
+	cfg         Config
+	log         zerolog.Logger
+	now         Clock
 
 	mu    sync.Mutex
 	plans map[string]*planRun // plans this instance starts tasks for
@@ -218,6 +221,9 @@ func New[L Lease](store Store, locks Locker[L], cfg Config) (*Coordinator, error
 		plans: map[string]*planRun{}, tasks: map[string]*taskRun{},
 		obs: cfg.Observer, started: cfg.Clock().UTC(), planStatus: map[string]plan.Status{},
 		bgStop: make(chan struct{}), bgDone: make(chan struct{}),
+	}
+	if bs, ok := store.(blindStore); ok && c.claims != nil {
+		c.blindStarts = bs.BlindStarts()
 	}
 	c.hardStop, c.cancelHardStop = context.WithCancel(context.Background())
 	c.pub = newPublisher(store, c.log.With().Str("component", "feed").Logger())

@@ -303,7 +303,7 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) (again bool) {
 	acquired := c.beginAcquire(t)
 	defer acquired()
 	if c.claims != nil {
-		if again, done := c.startClaimed(pr, t, acquired, log); done {
+		if again, done := c.startClaimed(pr, t, acquired, log, false); done {
 			return again
 		}
 	}

@@ -295,7 +295,20 @@ func (pr *planRun) requeue(e plan.QueueEntry, front bool) bool {
 // status still fits; it reports whether it should be queued again.
 func (pr *planRun) runClaimed(e plan.QueueEntry) (again bool) {
 	c := pr.c
-	t, err := c.queuedTask(e)
+	t, blind := c.createdTask(e), false
+	if t == nil {
+		t, blind = pr.blindTask(e), true
+	}
+	if blind && t != nil {
+		if again, done := c.startBlind(pr, t); done {
+			return again
+		}
+		t = nil // not settled without the task as stored: read it
+	}
+	var err error
+	if t == nil {
+		t, err = c.readQueued(e)
+	}
 	if err != nil {
 		if IsUnavailable(err) {
 			return true
@@ -326,17 +339,63 @@ type createdQueue interface {
 	CreatedQueuedTask(e plan.QueueEntry) *task.Task
 }
 
-// queuedTask reads the task of a claimed entry: from the queue's memory
-// when it holds it (no deadline needed), else from the store.
-func (c *Coordinator) queuedTask(e plan.QueueEntry) (*task.Task, error) {
+// createdTask is the task of a claimed entry from the queue's memory (no
+// deadline needed), or nil when the store has to answer.
+func (c *Coordinator) createdTask(e plan.QueueEntry) *task.Task {
 	if cq, ok := c.queue.(createdQueue); ok {
-		if t := cq.CreatedQueuedTask(e); t != nil {
-			return t, nil
-		}
+		return cq.CreatedQueuedTask(e)
 	}
+	return nil
+}
+
+// readQueued reads the task of a claimed entry from the store.
+func (c *Coordinator) readQueued(e plan.QueueEntry) (*task.Task, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
 	defer cancel()
 	return c.queue.QueuedTask(ctx, e)
+}
+
+// queuedTask is the task of a claimed entry, from the queue's memory or
+// else the store.
+func (c *Coordinator) queuedTask(e plan.QueueEntry) (*task.Task, error) {
+	if t := c.createdTask(e); t != nil {
+		return t, nil
+	}
+	return c.readQueued(e)
+}
+
+// blindStore is a Store that takes blind starts (task.Write.Blind):
+// repository.Redis, and Dual with shared Redis.
+type blindStore interface {
+	BlindStarts() bool
+}
+
+// blindTask is the task of a claimed start entry as its creation left it
+// (PENDING at seq 0, at the plan's first stage), for a blind start: the
+// start's write checks that the record is still so and answers with the
+// fields only the record has (params, total stages, creation time). nil
+// when starts are not blind here: the store or the locker cannot (starts
+// take the lock the usual way), or the entry is not a start.
+func (pr *planRun) blindTask(e plan.QueueEntry) *task.Task {
+	c := pr.c
+	if !c.blindStarts || e.Kind != plan.QueueStart || e.Check() != nil {
+		return nil
+	}
+	// Created at or after its plan: the plan's creation stands for it until
+	// the answer (a TTL is given again sooner, never later; see
+	// repository.Redis.WriteEncoded).
+	return task.New(e.TaskID, pr.p.ID, e.TenantID, nil, pr.p.StageNames(), pr.p.CreatedAt)
+}
+
+// startBlind starts t (blindTask) with a blind start: done is false when
+// the start has to go the usual way with the task as stored (see
+// startClaimed).
+func (c *Coordinator) startBlind(pr *planRun, t *task.Task) (again, done bool) {
+	log := pr.log.With().Str("task_id", t.ID).Str("tenant_id", t.TenantID).Logger()
+	c.waitSuspect()
+	acquired := c.beginAcquire(t)
+	defer acquired()
+	return c.startClaimed(pr, t, acquired, log, true)
 }
 
 // renewPermits renews the permits of the plan's tasks running here every

@@ -77,6 +77,9 @@ func checkWrite(w task.Write) error {
 			return fmt.Errorf("%w: %s: a start that takes the lock cannot release it", task.ErrInvalid, op)
 		}
 	}
+	if w.Blind && (w.TakeLock == 0 || w.ExpectSeq != 0) {
+		return fmt.Errorf("%w: %s: a blind write is a start that takes the lock (TakeLock) at seq 0, not expected seq %d", task.ErrInvalid, op, w.ExpectSeq)
+	}
 	if movesCounts(w) {
 		if err := checkPlanID(t.PlanID); err != nil {
 			return fmt.Errorf("%s: %w", op, err)

@@ -122,6 +122,10 @@ func (d *Dual) Pending() int {
 // Redis returns the Redis half.
 func (d *Dual) Redis() *Redis { return d.r }
 
+// BlindStarts reports whether the store takes blind starts
+// (task.Write.Blind): with shared Redis, not in single-instance mode.
+func (d *Dual) BlindStarts() bool { return !d.cfg.SingleInstance }
+
 // LockKeys is Redis.LockKeys: a start with task.Write.TakeLock goes to
 // Redis only.
 func (d *Dual) LockKeys(tenantID string) (lockKey, fenceKey string, err error) {
@@ -377,7 +381,9 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 			return task.WriteResult{}, err
 		}
 		return memRes, nil
-	case IsUnavailable(err):
+	case IsUnavailable(err) && !w.Blind:
+		// (A blind start's task is not known well enough to keep: its fixed
+		// fields come with the answer.)
 		d.mem.MirrorPendingWrite(tw)
 	case errors.As(err, &re):
 		// A retry refused because its first attempt landed after all: the

@@ -107,6 +107,10 @@ const (
 	fFixedSum = "fixedSum"
 	// checkFixedSum is the pseudo-field a write sends the digest under.
 	checkFixedSum = "?" + fFixedSum
+	// checkBlind is the pseudo-field a blind start (task.Write.Blind) sends
+	// its plan id under, instead of the digest: the script checks the
+	// record's plan and answers with the fixed fields.
+	checkBlind = "?blind"
 )
 
 // mutableFields are the record fields every write sets, in the order of

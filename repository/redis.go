@@ -76,6 +76,9 @@ func NewRedis(client redis.UniversalClient, cfg Config) (*Redis, error) {
 // with its Lock and Fence keys).
 func (r *Redis) Keys() Keys { return r.keys }
 
+// BlindStarts reports that the store takes blind starts (task.Write.Blind).
+func (r *Redis) BlindStarts() bool { return true }
+
 // LockKeys returns the tenant lock and fence keys that a start with
 // task.Write.TakeLock takes (Keys.Lock, Keys.Fence): the tenant locker must
 // use the same ones.

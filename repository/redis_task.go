@@ -139,6 +139,8 @@ func (tw *EncodedWrite) scriptArgs(writeID *string, full bool, base *ackWrite, s
 		f := &tw.fixed
 		args = append(args, fPlanID, &f.planID, fParams, &f.params, fTotalStages, &f.totalStages,
 			fCreatedAt, &f.createdAt, fFixedSum, &f.sum)
+	} else if tw.w.Blind {
+		args = append(args, checkBlind, &tw.fixed.planID) // last: write_task.lua looks there
 	} else {
 		args = append(args, checkFixedSum, &tw.fixed.sum)
 	}
@@ -146,6 +148,26 @@ func (tw *EncodedWrite) scriptArgs(writeID *string, full bool, base *ackWrite, s
 		args = append(args, &tw.events[i])
 	}
 	return args
+}
+
+// setFixed sets the fixed fields a blind start's answer v carries (params,
+// totalStages, createdAt as stored in key) on its task, and its encoded
+// form to them: the write is remembered (delta writes) and mirrored with
+// the task as stored.
+func (tw *EncodedWrite) setFixed(key string, v []any) error {
+	if len(v) < 7 {
+		return fmt.Errorf("write task %s: blind start answered without the fixed fields: %v", tw.w.Task.ID, v)
+	}
+	m := map[string]string{fID: tw.w.Task.ID, fTenantID: tw.w.Task.TenantID, fStatus: string(task.StatusPending),
+		fPlanID: tw.fixed.planID, fParams: replyStr(v[4]), fTotalStages: replyStr(v[5]), fCreatedAt: replyStr(v[6])}
+	stored, err := decodeTask(key, m)
+	if err != nil {
+		return err
+	}
+	t := tw.w.Task
+	t.Params, t.TotalStages, t.CreatedAt = stored.Params, stored.TotalStages, stored.CreatedAt
+	tw.fixed, err = fixedOf(t)
+	return err
 }
 
 // WriteEncoded sends an encoded write (see WriteTask).
@@ -236,6 +258,11 @@ func (r *Redis) sendWrite(ctx context.Context, op string, tw *EncodedWrite, req 
 		return task.WriteResult{}, fmt.Errorf("%s: short script reply %v", op, v)
 	}
 	res := task.WriteResult{Seq: replyInt(v[1]), PauseRequested: replyInt(v[2]) == 1, CancelRequested: replyInt(v[3]) == 1}
+	if tw.w.Blind {
+		if err := tw.setFixed(tk.task, v); err != nil {
+			return task.WriteResult{}, err
+		}
+	}
 	if req.mKeys != nil {
 		if req.mvErr != nil {
 			return res, fmt.Errorf("%s: written, but the plan counts did not move (RepairCounts fixes them): %w", op, wrapErr(ctx, op, req.mvErr))

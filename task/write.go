@@ -60,6 +60,16 @@ type Write struct {
 	// lock the usual way. Stores that cannot take the lock refuse such a
 	// write as invalid.
 	TakeLock time.Duration
+	// Blind makes a start that takes the lock (TakeLock) from a task known
+	// only by its queue entry: ID, TenantID, PlanID, the plan's first stage
+	// and PENDING at seq 0 (ExpectSeq 0), as created. The store does not
+	// compare the fixed fields (Params, TotalStages, CreatedAt) with the
+	// record; it refuses the write (RefusedPlan) when the record is of
+	// another plan, and once written sets them on Task from the record. A
+	// task written since its creation refuses it with RefusedSeq, as any
+	// start: the writer reads the task then. Saves the read of a task that
+	// another instance created (the shared plans' claimed starts).
+	Blind bool
 	// ID names the write so that sending it again is safe: a store that
 	// finds it already applied (an earlier attempt whose answer was lost)
 	// answers it as written, with the stored result. Empty: the store gives
@@ -126,6 +136,9 @@ const (
 	RefusedSeq RefuseReason = "seq"
 	// RefusedMissing: the record does not exist (expired or never created).
 	RefusedMissing RefuseReason = "missing"
+	// RefusedPlan: the record is of another plan than the blind start's
+	// (Write.Blind).
+	RefusedPlan RefuseReason = "plan"
 )
 
 // RefusedError is returned when a store refuses a write. It carries what is

@@ -15,6 +15,11 @@
 --      Only this script writes the mutable fields, and it always sets
 --      writeId: the stored id names the stored fields. (A script that wrote
 --      them without setting writeId would break delta writes.)
+--   g. a blind start ("?blind" = the writer's plan id, sent as the last
+--      field instead of "?fixedSum": the writer knows the task only from
+--      its queue entry, see redis_task.go) finds the record of that plan,
+--      else "plan". Its answer carries the stored params, totalStages and
+--      createdAt, which the writer did not have.
 -- A write whose id is already stored was applied before (a client retry): it
 -- succeeds again without writing.
 --
@@ -62,7 +67,8 @@
 --                      "?fixedSum", their digest, compared and not stored)
 -- ARGV[12+2n ..] -> timeline entries (JSON), appended in order
 -- Returns {1, seq, pauseRequested, cancelRequested} when written (0|1 flags,
--- as stored after the write), {0, reason, status, seq, fence, owner} (the
+-- as stored after the write; a blind start adds params, totalStages and
+-- createdAt as stored, also when answered as a write applied before), {0, reason, status, seq, fence, owner} (the
 -- stored state) when refused, or {2, 'fixed'} when the fixed fields are
 -- needed (nothing written), or {3, reason} when a start could not take the
 -- lock (start_lock.lua; nothing written).
@@ -72,7 +78,17 @@ local rec = redis.call('HMGET', KEYS[1], 'status', 'seq', 'fence', 'owner', 'wri
 if not rec[1] then return {0, 'missing', '', 0, 0, ''} end
 local seq, fence = tonumber(rec[2]) or 0, tonumber(rec[3]) or 0
 local pause, cancel = tonumber(rec[6]) or 0, tonumber(rec[7]) or 0
-if rec[5] == ARGV[4] then return {1, seq, pause, cancel} end
+local n = tonumber(ARGV[11]) or 0
+-- fx: the fixed fields a blind start answers with (check g)
+local fx
+if n > 0 and ARGV[10 + 2 * n] == '?blind' then
+  fx = redis.call('HMGET', KEYS[1], 'planId', 'params', 'totalStages', 'createdAt')
+end
+local function written(s)
+  if fx then return {1, s, pause, cancel, fx[2] or '', fx[3] or '', fx[4] or ''} end
+  return {1, s, pause, cancel}
+end
+if rec[5] == ARGV[4] then return written(seq) end
 
 local function refuse(reason)
   put_back()
@@ -82,7 +98,6 @@ if not lock_held() then return refuse('lock') end
 if fence > tonumber(ARGV[2]) then return refuse('fence') end
 if seq ~= tonumber(ARGV[3]) then return refuse('seq') end
 
-local n = tonumber(ARGV[11])
 local new_seq = seq + 1
 local fields = {'seq', string.format('%d', new_seq), 'fence', ARGV[2], 'writeId', ARGV[4]}
 for i = 12, 11 + 2 * n, 2 do
@@ -91,6 +106,8 @@ for i = 12, 11 + 2 * n, 2 do
     if v ~= rec[8] then put_back() return {2, 'fixed'} end
   elseif f == '?prevWrite' then
     if v ~= rec[5] then put_back() return {2, 'fixed'} end
+  elseif f == '?blind' then
+    if v ~= fx[1] then return refuse('plan') end
   else
     fields[#fields + 1] = f
     fields[#fields + 1] = v
@@ -136,4 +153,4 @@ end
 if refresh then
   for _, k in ipairs({KEYS[1], KEYS[3], KEYS[5]}) do redis.call('PEXPIRE', k, ttl) end
 end
-return {1, new_seq, pause, cancel}
+return written(new_seq)

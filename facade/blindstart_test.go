@@ -1,0 +1,105 @@
+package facade_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/deploycoord/deploycoord/facade"
+	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/repository"
+	"github.com/deploycoord/deploycoord/task"
+)
+
+// recordReads counts the HGETALLs of task records (keys with ":task:").
+type recordReads struct{ n atomic.Int64 }
+
+func (h *recordReads) count(c redis.Cmder) {
+	if args := c.Args(); c.Name() == "hgetall" && len(args) > 1 && strings.Contains(asString(args[1]), "task:") {
+		h.n.Add(1)
+	}
+}
+
+func (h *recordReads) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *recordReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *recordReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestSharedBlindStarts: two instances, each with a Dual store of its own
+// (as cmd/deploycoord runs them), share a plan created on the first. The
+// second starts the tasks it claims without reading them (blind starts),
+// the first from its memory: no task record is read to start a task, and
+// every task still runs with its own params and reads back as created.
+func TestSharedBlindStarts(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		reads := &recordReads{}
+		b := setup(t, withHook(be, reads), sharedMode)
+		b.stopDefault()
+		dual := func() *repository.Dual {
+			return repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), b.store)
+		}
+		a := newCoordinator(t, b, dual(), b.locks, "coord-a", nil)
+		other := newCoordinator(t, b, dual(), b.locks, "coord-b", nil)
+		const n = 16
+		// A short wait first, so that coord-b, which finds the plan at its
+		// next poll, gets tasks too.
+		wait := task.StageSpec{Name: "wait", Kind: "sleep", Config: []byte(`{"duration": "40ms"}`)}
+		s := spec([]task.StageSpec{wait, b.httpStage("deploy", task.RetryPolicy{})})
+		s.MaxConcurrency = 4
+		for i := range n {
+			s.Tenants = append(s.Tenants, plan.TenantSpec{TenantID: fmt.Sprintf("blind-%02d", i), Params: map[string]any{"version": fmt.Sprintf("v%d", i)}})
+		}
+		v, err := a.CreatePlan(context.Background(), s, anyone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.waitPlan(other, v.ID, plan.StatusCompleted)
+		started := reads.n.Load() // (listing the tasks below reads them)
+		by := owners(t, other, v.ID)
+		if by["coord-a"]+by["coord-b"] != n || by["coord-b"] == 0 {
+			t.Fatalf("tasks per instance %v: want some on coord-b", by)
+		}
+		if got := started; got != 0 {
+			t.Errorf("%d task records read to start %d tasks (%v per instance), want 0", got, n, by)
+		}
+		for i := range n {
+			tenant := fmt.Sprintf("blind-%02d", i)
+			b.target.mu.Lock()
+			bodies := append([]string(nil), b.target.bodies[tenant+"/deploy"]...)
+			b.target.mu.Unlock()
+			if want := fmt.Sprintf(`"version": "v%d"`, i); len(bodies) != 1 || !strings.Contains(bodies[0], want) {
+				t.Errorf("tenant %s: calls %q, want one with %s", tenant, bodies, want)
+			}
+			tv, err := other.TaskByTenant(context.Background(), tenant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tv.Task.Params["version"] != fmt.Sprintf("v%d", i) || tv.Task.TotalStages != 2 || tv.Task.CreatedAt.IsZero() ||
+				tv.Task.CreatedAt.After(time.Now()) || tv.Task.Status != task.StatusCompleted {
+				t.Errorf("tenant %s reads back %+v", tenant, tv.Task)
+			}
+		}
+		t.Logf("tasks per instance %v", by)
+	})
+}
+
+var _ facade.Store = (*repository.Dual)(nil)
