@@ -73,19 +73,22 @@
 -- needed (nothing written), or {3, reason} when a start could not take the
 -- lock (start_lock.lua; nothing written).
 
-local rec = redis.call('HMGET', KEYS[1], 'status', 'seq', 'fence', 'owner', 'writeId',
-  'pauseRequested', 'cancelRequested', 'fixedSum', 'ttlAt')
+local n = tonumber(ARGV[11]) or 0
+-- A blind start (check g) reads the fixed fields too: rec[10..13].
+local blind = n > 0 and ARGV[10 + 2 * n] == '?blind'
+local rec
+if blind then
+  rec = redis.call('HMGET', KEYS[1], 'status', 'seq', 'fence', 'owner', 'writeId',
+    'pauseRequested', 'cancelRequested', 'fixedSum', 'ttlAt', 'planId', 'params', 'totalStages', 'createdAt')
+else
+  rec = redis.call('HMGET', KEYS[1], 'status', 'seq', 'fence', 'owner', 'writeId',
+    'pauseRequested', 'cancelRequested', 'fixedSum', 'ttlAt')
+end
 if not rec[1] then return {0, 'missing', '', 0, 0, ''} end
 local seq, fence = tonumber(rec[2]) or 0, tonumber(rec[3]) or 0
 local pause, cancel = tonumber(rec[6]) or 0, tonumber(rec[7]) or 0
-local n = tonumber(ARGV[11]) or 0
--- fx: the fixed fields a blind start answers with (check g)
-local fx
-if n > 0 and ARGV[10 + 2 * n] == '?blind' then
-  fx = redis.call('HMGET', KEYS[1], 'planId', 'params', 'totalStages', 'createdAt')
-end
 local function written(s)
-  if fx then return {1, s, pause, cancel, fx[2] or '', fx[3] or '', fx[4] or ''} end
+  if blind then return {1, s, pause, cancel, rec[11] or '', rec[12] or '', rec[13] or ''} end
   return {1, s, pause, cancel}
 end
 if rec[5] == ARGV[4] then return written(seq) end
@@ -107,7 +110,7 @@ for i = 12, 11 + 2 * n, 2 do
   elseif f == '?prevWrite' then
     if v ~= rec[5] then put_back() return {2, 'fixed'} end
   elseif f == '?blind' then
-    if v ~= fx[1] then return refuse('plan') end
+    if v ~= rec[10] then return refuse('plan') end
   else
     fields[#fields + 1] = f
     fields[#fields + 1] = v
