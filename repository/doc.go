@@ -335,8 +335,12 @@
 // several instances only). Such a copy is PENDING with seq 0 as created; if
 // another instance wrote the task in Redis, the start from it is refused
 // (seq), and a refused write takes the copy out of the fresh set
-// (Memory.Unfresh), so the next read goes to Redis. The event feed is
-// Redis' only (unavailable when Redis is).
+// (Memory.Unfresh), so the next read goes to Redis. A start entry of a task
+// another instance created needs no read either: the coordinator starts it
+// blind (task.Write.Blind, with shared Redis only): write_task.lua checks
+// the record is of the writer's plan and answers with its fixed fields,
+// which WriteEncoded sets on the task (EncodedWrite.setFixed) before Dual
+// mirrors it. The event feed is Redis' only (unavailable when Redis is).
 //
 // When Redis cannot take a write, Dual has two modes (docs/architecture.md, "When Redis is unreachable or restarts"):
 //

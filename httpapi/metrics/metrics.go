@@ -175,7 +175,7 @@ func New(reg prometheus.Registerer) *Recorder {
 	for _, r := range []string{"ok", "failed"} {
 		m.leaseRenewals.WithLabelValues(r)
 	}
-	for _, r := range []task.RefuseReason{task.RefusedLock, task.RefusedFence, task.RefusedSeq, task.RefusedMissing, task.RefusedPlan} {
+	for _, r := range []task.RefuseReason{task.RefusedLock, task.RefusedFence, task.RefusedSeq, task.RefusedMissing} {
 		m.writeRefusals.WithLabelValues(string(r))
 	}
 	return m
