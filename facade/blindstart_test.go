@@ -17,30 +17,12 @@ import (
 	"github.com/deploycoord/deploycoord/task"
 )
 
-// recordReads counts the HGETALLs of task records (keys with ":task:").
-type recordReads struct{ n atomic.Int64 }
-
-func (h *recordReads) count(c redis.Cmder) {
-	if args := c.Args(); c.Name() == "hgetall" && len(args) > 1 && strings.Contains(asString(args[1]), "task:") {
-		h.n.Add(1)
-	}
-}
-
-func (h *recordReads) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *recordReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *recordReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			h.count(c)
+// recordReads counts the HGETALLs of task records (keys with "task:").
+func recordReads(n *atomic.Int64) redistest.Each {
+	return func(c redis.Cmder) {
+		if args := c.Args(); c.Name() == "hgetall" && len(args) > 1 && strings.Contains(asString(args[1]), "task:") {
+			n.Add(1)
 		}
-		return next(ctx, cmds)
 	}
 }
 
@@ -51,8 +33,8 @@ func (h *recordReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // every task still runs with its own params and reads back as created.
 func TestSharedBlindStarts(t *testing.T) {
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
-		reads := &recordReads{}
-		b := setup(t, withHook(be, reads), sharedMode)
+		var reads atomic.Int64
+		b := setup(t, withHook(be, recordReads(&reads)), sharedMode)
 		b.stopDefault()
 		dual := func() *repository.Dual {
 			return repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), b.store)
@@ -73,7 +55,7 @@ func TestSharedBlindStarts(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.waitPlan(other, v.ID, plan.StatusCompleted)
-		started := reads.n.Load() // (listing the tasks below reads them)
+		started := reads.Load() // (listing the tasks below reads them)
 		by := owners(t, other, v.ID)
 		if by["coord-a"]+by["coord-b"] != n || by["coord-b"] == 0 {
 			t.Fatalf("tasks per instance %v: want some on coord-b", by)

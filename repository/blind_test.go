@@ -1,7 +1,6 @@
 package repository
 
 import (
-	"context"
 	"errors"
 	"reflect"
 	"sync/atomic"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/deploycoord/deploycoord/internal/redistest"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 )
@@ -23,33 +23,6 @@ func blindStart(t *testing.T, e *env, id, tenantID, planID string, fence int64) 
 	w := claimedStart(t, e, blank, "blind-"+tenantID, fence)
 	w.Blind = true
 	return w
-}
-
-// hgetalls counts the HGETALL commands sent through a client.
-type hgetalls struct{ n atomic.Int64 }
-
-func (h *hgetalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *hgetalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *hgetalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			h.count(c)
-		}
-		return next(ctx, cmds)
-	}
-}
-
-func (h *hgetalls) count(c redis.Cmder) {
-	if c.Name() == "hgetall" {
-		h.n.Add(1)
-	}
 }
 
 // TestBlindStart: a start from the queue entry alone is written as a start
@@ -225,8 +198,12 @@ func TestDualBlindStart(t *testing.T) {
 		if !d.BlindStarts() {
 			t.Fatal("Dual with shared Redis does not take blind starts")
 		}
-		h := &hgetalls{}
-		e.client.AddHook(h)
+		var hgetalls atomic.Int64
+		e.client.AddHook(redistest.Each(func(c redis.Cmder) {
+			if c.Name() == "hgetall" {
+				hgetalls.Add(1)
+			}
+		}))
 		w := blindStart(t, de, tk.ID, tk.TenantID, fx.plan.ID, 1700000000000)
 		if _, err := d.WriteTask(ctx, w); err != nil {
 			t.Fatal(err)
@@ -239,7 +216,7 @@ func TestDualBlindStart(t *testing.T) {
 			got.TotalStages != tk.TotalStages || !got.CreatedAt.Equal(tk.CreatedAt) {
 			t.Fatalf("mirrored %+v, want the created task RUNNING", got)
 		}
-		if n := h.n.Load(); n != 0 {
+		if n := hgetalls.Load(); n != 0 {
 			t.Errorf("%d HGETALLs for a blind start, want 0", n)
 		}
 	})

@@ -1,7 +1,6 @@
 package repository
 
 import (
-	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/deploycoord/deploycoord/internal/redistest"
 	"github.com/deploycoord/deploycoord/task"
 )
 
@@ -16,22 +16,6 @@ import (
 type writeArgs struct {
 	mu    sync.Mutex
 	calls [][]string
-}
-
-func (h *writeArgs) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *writeArgs) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.note(cmd)
-		return next(ctx, cmd)
-	}
-}
-func (h *writeArgs) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			h.note(c)
-		}
-		return next(ctx, cmds)
-	}
 }
 
 // note keeps the field names of a write_task.lua call (args: evalsha, sha,
@@ -104,7 +88,7 @@ func TestDeltaWrites(t *testing.T) {
 	t.Parallel()
 	eachRedis(t, Config{}, func(t *testing.T, e *env) {
 		h := &writeArgs{}
-		e.client.AddHook(h)
+		e.client.AddHook(redistest.Each(h.note))
 		fx := createPlan(t, e, 3, 0)
 		r := start(t, e, fx.tasks[0], 1)
 		// The start is the task's first write: every mutable field that is
@@ -205,7 +189,7 @@ func TestFullWrites(t *testing.T) {
 	t.Parallel()
 	eachRedis(t, Config{FullWrites: true}, func(t *testing.T, e *env) {
 		h := &writeArgs{}
-		e.client.AddHook(h)
+		e.client.AddHook(redistest.Each(h.note))
 		fx := createPlan(t, e, 1, 0)
 		r := start(t, e, fx.tasks[0], 1)
 		if f := h.last(); len(f) < len(mutableFields) {

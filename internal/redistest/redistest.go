@@ -410,3 +410,26 @@ func CommandStats(ctx context.Context, c redis.UniversalClient) (map[string]Comm
 	})
 	return out, err
 }
+
+// Each is a go-redis hook that calls f with every command the client sends,
+// alone or in a pipeline, before it is sent: for tests that count or note
+// commands of a kind.
+type Each func(cmd redis.Cmder)
+
+func (f Each) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f Each) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		f(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (f Each) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			f(c)
+		}
+		return next(ctx, cmds)
+	}
+}
