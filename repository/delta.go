@@ -67,16 +67,20 @@ func (l *lastWrites) acked(tw *EncodedWrite) {
 		return
 	}
 	t := tw.w.Task
+	var a *ackWrite
+	if t.Status.Active() {
+		a = &ackWrite{id: tw.id, vals: tw.vals, fixedSum: tw.fixed.sum} // allocated outside the lock
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !t.Status.Active() {
+	if a == nil {
 		delete(l.m, t.ID)
 		return
 	}
 	if len(l.m) >= deltaMax {
 		clear(l.m)
 	}
-	l.m[t.ID] = &ackWrite{id: tw.id, vals: tw.vals, fixedSum: tw.fixed.sum}
+	l.m[t.ID] = a
 }
 
 // forget drops what is remembered of a task (its write failed or was

@@ -174,12 +174,17 @@ func (m *Memory) taskLocked(id, planID string) *memTask {
 // (Unfresh, Dual.QueuedTask).
 func (m *Memory) FreshTask(id, planID string) *task.Task {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	fs, i := m.freshLocked(id, planID)
-	if fs == nil {
+	var t *task.Task
+	if fs, i := m.freshLocked(id, planID); fs != nil {
+		t = fs.record(i)
+	}
+	m.mu.Unlock()
+	if t == nil {
 		return nil
 	}
-	return copyTaskOut(fs.record(i))
+	// Copied outside the lock (every task start of a plan asks): memory
+	// never changes a stored Params in place, it replaces it.
+	return copyTaskOut(t)
 }
 
 // Unfresh takes task id out of its plan's fresh set (FreshTask no longer
