@@ -295,15 +295,14 @@ func (pr *planRun) requeue(e plan.QueueEntry, front bool) bool {
 // status still fits; it reports whether it should be queued again.
 func (pr *planRun) runClaimed(e plan.QueueEntry) (again bool) {
 	c := pr.c
-	t, blind := c.createdTask(e), false
+	t := c.createdTask(e)
 	if t == nil {
-		t, blind = pr.blindTask(e), true
-	}
-	if blind && t != nil {
-		if again, done := c.startBlind(pr, t); done {
-			return again
+		if bt := pr.blindTask(e); bt != nil {
+			if again, done := c.startBlind(pr, bt); done {
+				return again
+			}
+			// Not settled without the task as stored: read it.
 		}
-		t = nil // not settled without the task as stored: read it
 	}
 	var err error
 	if t == nil {

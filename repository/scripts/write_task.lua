@@ -68,8 +68,8 @@
 -- ARGV[12+2n ..] -> timeline entries (JSON), appended in order
 -- Returns {1, seq, pauseRequested, cancelRequested} when written (0|1 flags,
 -- as stored after the write; a blind start adds params, totalStages and
--- createdAt as stored, also when answered as a write applied before), {0, reason, status, seq, fence, owner} (the
--- stored state) when refused, or {2, 'fixed'} when the fixed fields are
+-- createdAt as stored, also when answered as a write applied before),
+-- {0, reason, status, seq, fence, owner} (the stored state) when refused, or {2, 'fixed'} when the fixed fields are
 -- needed (nothing written), or {3, reason} when a start could not take the
 -- lock (start_lock.lua; nothing written).
 
