@@ -85,3 +85,56 @@ func TestSharedBlindStarts(t *testing.T) {
 }
 
 var _ facade.Store = (*repository.Dual)(nil)
+
+// TestLostAnswerOfBlindStart: a blind start lands but its answer is lost.
+// The coordinator sends it again with the same write id and is answered as
+// written, with the fields it did not have: the task starts once (one
+// task.started entry, counts moved once) and runs with its own params.
+func TestLostAnswerOfBlindStart(t *testing.T) {
+	t.Parallel()
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		hook := &loseAnswer{match: func(c redis.Cmder) bool {
+			if !taskWrite(c, true) {
+				return false
+			}
+			for _, a := range c.Args() {
+				if asString(a) == "?blind" {
+					return true
+				}
+			}
+			return false
+		}}
+		b := setup(t, withHook(be, hook), sharedMode)
+		s := spec([]task.StageSpec{b.httpStage("one", task.RetryPolicy{})})
+		s.Tenants = []plan.TenantSpec{{TenantID: "t-blind-lost", Params: map[string]any{"version": "9.9.9"}}}
+		v := b.create(s)
+		pv := b.waitPlan(b.coord, v.ID, plan.StatusCompleted, plan.StatusFailed, plan.StatusPaused)
+		b.idle(b.coord)
+		if n := hook.hits.Load(); n < 1 {
+			t.Fatal("no blind start's answer was lost (hook not hit)")
+		}
+		tv := b.waitTask(b.coord, "t-blind-lost", task.StatusCompleted)
+		if pv.Status != plan.StatusCompleted || pv.Counts[task.StatusCompleted] != 1 || pv.Counts.Total() != 1 || tv.Attempt != 1 {
+			t.Errorf("plan %s counts %v, task attempt %d; want COMPLETED, 1 task completed, attempt 1", pv.Status, pv.Counts, tv.Attempt)
+		}
+		b.target.mu.Lock()
+		bodies := append([]string(nil), b.target.bodies["t-blind-lost/one"]...)
+		b.target.mu.Unlock()
+		if len(bodies) != 1 || !strings.Contains(bodies[0], `"version": "9.9.9"`) {
+			t.Errorf("stage calls %q, want one with the task's params", bodies)
+		}
+		tl, err := b.coord.Timeline(context.Background(), "t-blind-lost", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range tl.Events {
+			if e.Type == task.EventStarted {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d task.started entries, want 1: %v", n, eventTypes(tl.Events))
+		}
+	})
+}
