@@ -341,8 +341,9 @@ func (c *Coordinator) Running() int {
 }
 
 // Idle waits until no task runs on this instance and every plan run here
-// has ended or waits for its plan to be resumed (checked every 10ms), or ctx
-// ends; for tests and benchmarks.
+// has ended or waits for its plan to be resumed, with no permit of a shared
+// plan left to free (checked every 10ms), or ctx ends; for tests and
+// benchmarks.
 func (c *Coordinator) Idle(ctx context.Context) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -366,7 +367,8 @@ func (c *Coordinator) idle() bool {
 	}
 	for _, pr := range c.plans {
 		pr.mu.Lock()
-		waiting := (pr.waiters > 0 || pr.shared && pr.inflight == 0 && pr.status != plan.StatusRunning) && len(pr.running) == 0
+		waiting := (pr.waiters > 0 || pr.shared && pr.inflight == 0 && pr.status != plan.StatusRunning) && len(pr.running) == 0 &&
+			len(pr.release) == 0 && pr.freeing == 0 // permits to free, or being freed
 		pr.mu.Unlock()
 		if !waiting {
 			return false

@@ -66,10 +66,13 @@ type planRun struct {
 	// claimed entries' goroutines.
 	shared   bool
 	inflight int
-	held     map[string]plan.QueueEntry
-	release  []plan.QueueEntry
-	wake     chan struct{}
-	entries  sync.WaitGroup
+	// freeing counts the permit releases decided and not answered yet: the
+	// run is not idle until they are (Idle).
+	freeing int
+	held    map[string]plan.QueueEntry
+	release []plan.QueueEntry
+	wake    chan struct{}
+	entries sync.WaitGroup
 
 	done chan struct{}
 }

@@ -200,14 +200,24 @@ func (pr *planRun) endShared() {
 	pr.ended = true
 	release := pr.release
 	pr.release = nil
+	if len(release) > 0 {
+		pr.freeing++
+	}
 	pr.mu.Unlock()
 	pr.freePermits(release)
 }
 
+// freePermits frees the permits of es, a release counted in pr.freeing
+// (none for no entries).
 func (pr *planRun) freePermits(es []plan.QueueEntry) {
 	if len(es) == 0 {
 		return
 	}
+	defer func() {
+		pr.mu.Lock()
+		pr.freeing--
+		pr.mu.Unlock()
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), pr.c.cfg.WriteTimeout)
 	defer cancel()
 	if err := pr.c.queue.ReleasePermits(ctx, pr.p.ID, es); err != nil {
@@ -259,8 +269,11 @@ func (pr *planRun) runEntry(e plan.QueueEntry) {
 	pr.inflight--
 	delete(pr.held, e.TaskID)
 	ended := pr.ended
-	if !ended && !keep {
+	switch {
+	case !ended && !keep:
 		pr.release = append(pr.release, e)
+	case ended && !keep:
+		pr.freeing++
 	}
 	pr.mu.Unlock()
 	if ended && !keep {
