@@ -123,18 +123,8 @@ func TestLostAnswerOfBlindStart(t *testing.T) {
 		if len(bodies) != 1 || !strings.Contains(bodies[0], `"version": "9.9.9"`) {
 			t.Errorf("stage calls %q, want one with the task's params", bodies)
 		}
-		tl, err := b.coord.Timeline(context.Background(), "t-blind-lost", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, e := range tl.Events {
-			if e.Type == task.EventStarted {
-				n++
-			}
-		}
-		if n != 1 {
-			t.Errorf("%d task.started entries, want 1: %v", n, eventTypes(tl.Events))
+		if n, types := timelineCount(t, b.coord, "t-blind-lost", task.EventStarted); n != 1 {
+			t.Errorf("%d task.started entries, want 1: %v", n, types)
 		}
 	})
 }

@@ -27,6 +27,23 @@ func eventTypes(evs []task.Event) []task.EventType {
 	return out
 }
 
+// timelineCount returns how many entries of type typ the timeline of
+// tenant's task has (read through c), and all their types.
+func timelineCount(t *testing.T, c *facade.Coordinator, tenant string, typ task.EventType) (int, []task.EventType) {
+	t.Helper()
+	tl, err := c.Timeline(context.Background(), tenant, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range tl.Events {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n, eventTypes(tl.Events)
+}
+
 func TestRunPlan(t *testing.T) {
 	t.Parallel()
 	forBackends(t, func(t *testing.T, be redistest.Backend) {

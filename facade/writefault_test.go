@@ -125,18 +125,8 @@ func TestLostAnswerOfLandedWrite(t *testing.T) {
 		if pv.Status != plan.StatusCompleted || pv.Counts[task.StatusCompleted] != 1 || pv.Counts.Total() != 1 {
 			t.Errorf("plan %s counts %v, want COMPLETED with 1 task completed", pv.Status, pv.Counts)
 		}
-		tl, err := b.coord.Timeline(context.Background(), "t-lost", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, e := range tl.Events {
-			if e.Type == task.EventCompleted {
-				n++
-			}
-		}
-		if n != 1 {
-			t.Errorf("%d task.completed entries, want 1: %v", n, eventTypes(tl.Events))
+		if n, types := timelineCount(t, b.coord, "t-lost", task.EventCompleted); n != 1 {
+			t.Errorf("%d task.completed entries, want 1: %v", n, types)
 		}
 		eventually(t, 5*time.Second, func() error {
 			evs, _, err := b.coord.Events(context.Background(), task.FeedFilter{PlanID: v.ID, Type: "plan.completed", Limit: 10}, 0)
