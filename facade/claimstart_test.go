@@ -187,17 +187,7 @@ func TestClaimedStartNotOrphaned(t *testing.T) {
 		b.stopDefault()
 		ctx := context.Background()
 		store := newHoldWrite(b.store, claimedStart)
-		cfg := b.cfg
-		cfg.Instance = "coord-x"
-		x, err := facade.New(store, b.locks, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			_ = x.Shutdown(sctx)
-		})
+		x := newCoordinator(t, b, store, b.locks, "coord-x", nil)
 		v, err := x.CreatePlan(ctx, spec([]task.StageSpec{b.httpStage("one", task.RetryPolicy{}), b.httpStage("two", task.RetryPolicy{})}, "t-window"), anyone)
 		if err != nil {
 			t.Fatal(err)
@@ -339,18 +329,8 @@ func TestQuickResumeStaysRegistered(t *testing.T) {
 		b.stopDefault()
 		ctx := context.Background()
 		store := newHoldWrite(b.store, func(w task.Write) bool { return w.Task.Status == task.StatusPaused })
-		cfg := b.cfg
-		cfg.Instance = "coord-x"
-		x, err := facade.New(store, b.locks, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			b.gates.openAll()
-			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			_ = x.Shutdown(sctx)
-		})
+		x := newCoordinator(t, b, store, b.locks, "coord-x", nil)
+		t.Cleanup(b.gates.openAll) // before x's shutdown (cleanups run last first)
 		if _, err := x.CreatePlan(ctx, spec([]task.StageSpec{gateStage("g1"), gateStage("g2"), gateStage("g3")}, "t-quick"), anyone); err != nil {
 			t.Fatal(err)
 		}
