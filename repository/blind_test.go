@@ -3,6 +3,7 @@ package repository
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,11 +35,16 @@ func TestBlindStart(t *testing.T) {
 		ctx := ctxT(t)
 		fx := createPlan(t, e, 2, 0)
 		tk := fx.tasks[1]
+		h := &writeArgs{}
+		e.client.AddHook(redistest.Each(h.note))
 		w := blindStart(t, e, tk.ID, tk.TenantID, fx.plan.ID, 1700000000000)
 		rt0 := e.counter.RoundTrips()
 		res, err := e.store.WriteTask(ctx, w)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if f := h.last(); len(f) == 0 || f[len(f)-1] != checkBlind || slices.Contains(f, checkFixedSum) {
+			t.Errorf("the blind start sent the fields %v, want ?blind last and no digest", f)
 		}
 		if rt := e.counter.RoundTrips() - rt0; rt != 1 {
 			t.Errorf("a blind start took %d round trips, want 1", rt)
@@ -85,7 +91,14 @@ func TestBlindStart(t *testing.T) {
 		// remembered the write with the fixed fields as stored).
 		r := &runner{t: t, e: e, tk: w.Task.Clone(), guard: w.Guard}
 		r.tk.Seq = 1
+		rt0 = e.counter.RoundTrips()
 		r.complete()
+		if rt := e.counter.RoundTrips() - rt0; rt != 1 {
+			t.Errorf("the final write after a blind start took %d round trips, want 1 (the fixed fields' digest matched)", rt)
+		}
+		if f := h.last(); !slices.Contains(f, checkPrevWrite) {
+			t.Errorf("the final write after a blind start sent %v, want a delta write (?prevWrite)", f)
+		}
 		got, _, err = e.store.Task(ctx, tk.ID)
 		if err != nil || got.Status != task.StatusCompleted || !reflect.DeepEqual(got.Params, tk.Params) {
 			t.Fatalf("after the final write: %+v, %v", got, err)
@@ -216,8 +229,18 @@ func TestDualBlindStart(t *testing.T) {
 			got.TotalStages != tk.TotalStages || !got.CreatedAt.Equal(tk.CreatedAt) {
 			t.Fatalf("mirrored %+v, want the created task RUNNING", got)
 		}
+		// The task's next write goes from the mirror in one round trip: the
+		// fixed fields set from the answer match the record's digest (a
+		// wrong one would have the script ask for them: a second trip).
+		r := &runner{t: t, e: de, tk: w.Task.Clone(), guard: w.Guard}
+		r.tk.Seq = 1
+		rt0 := e.counter.RoundTrips()
+		r.complete()
+		if rt := e.counter.RoundTrips() - rt0; rt != 1 {
+			t.Errorf("the final write after a blind start took %d round trips, want 1", rt)
+		}
 		if n := hgetalls.Load(); n != 0 {
-			t.Errorf("%d HGETALLs for a blind start, want 0", n)
+			t.Errorf("%d HGETALLs for a blind start and the final write, want 0", n)
 		}
 	})
 }

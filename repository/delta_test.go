@@ -12,7 +12,8 @@ import (
 	"github.com/deploycoord/deploycoord/task"
 )
 
-// writeArgs records the record fields of every write_task.lua call.
+// writeArgs records the record fields of every write_task.lua call (with
+// either prefix: a start that takes the lock too).
 type writeArgs struct {
 	mu    sync.Mutex
 	calls [][]string
@@ -25,7 +26,7 @@ func (h *writeArgs) note(cmd redis.Cmder) {
 	if len(args) < 20 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
 		return
 	}
-	if sha, _ := derefArg(args[1]).(string); sha != writeTaskScript.sha && !strings.Contains(sha, "write_task.lua") {
+	if sha, _ := derefArg(args[1]).(string); sha != writeTaskScript.sha && sha != startTaskScript.sha && !strings.Contains(sha, "write_task.lua") {
 		return
 	}
 	// evalsha sha numkeys KEYS... ARGV...: ARGV[11] is the field count.
