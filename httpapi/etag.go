@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"sync"
 )
 
 // writeCacheable answers a GET with v (200) carrying a strong ETag, the
@@ -15,10 +16,25 @@ import (
 // a task turning orphaned, say, is a change. Cache-Control is "private,
 // no-cache": clients may keep the answer but must ask again each time.
 func (a *api) writeCacheable(w http.ResponseWriter, r *http.Request, v any, degraded bool) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
+	var b []byte
+	if ja, ok := v.(jsonAppender); ok {
+		buf := bodyBufs.Get().(*[]byte)
+		defer func() {
+			if cap(b) <= maxPooledBody {
+				*buf = b[:0]
+				bodyBufs.Put(buf)
+			}
+		}()
+		if b, ok = ja.appendJSON((*buf)[:0]); !ok {
+			b = nil
+		}
+	}
+	if b == nil {
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			a.writeError(w, r, err)
+			return
+		}
 	}
 	b = append(b, '\n')
 	sum := sha256.Sum256(b)
@@ -37,6 +53,12 @@ func (a *api) writeCacheable(w http.ResponseWriter, r *http.Request, v any, degr
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 }
+
+// bodyBufs holds the buffers of hand-encoded answers (jsonAppender); one
+// grown past maxPooledBody is left to the collector.
+var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+const maxPooledBody = 64 << 10
 
 // noneMatch reports whether If-None-Match header values list etag or "*"
 // (weak comparison, RFC 9110 §13.1.2: W/"x" matches "x").
