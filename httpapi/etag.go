@@ -3,10 +3,8 @@ package httpapi
 import (
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 )
 
 // writeCacheable answers a GET with v (200) carrying a strong ETag, the
@@ -16,27 +14,13 @@ import (
 // a task turning orphaned, say, is a change. Cache-Control is "private,
 // no-cache": clients may keep the answer but must ask again each time.
 func (a *api) writeCacheable(w http.ResponseWriter, r *http.Request, v any, degraded bool) {
-	var b []byte
-	if ja, ok := v.(jsonAppender); ok {
-		buf := bodyBufs.Get().(*[]byte)
-		defer func() {
-			if cap(b) <= maxPooledBody {
-				*buf = b[:0]
-				bodyBufs.Put(buf)
-			}
-		}()
-		if b, ok = ja.appendJSON((*buf)[:0]); !ok {
-			b = nil
-		}
+	body, err := marshal(v)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
 	}
-	if b == nil {
-		var err error
-		if b, err = json.Marshal(v); err != nil {
-			a.writeError(w, r, err)
-			return
-		}
-	}
-	b = append(b, '\n')
+	defer body.release()
+	b := body.b
 	sum := sha256.Sum256(b)
 	etag := `"` + base64.RawURLEncoding.EncodeToString(sum[:]) + `"`
 	h := w.Header()
@@ -53,12 +37,6 @@ func (a *api) writeCacheable(w http.ResponseWriter, r *http.Request, v any, degr
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
 }
-
-// bodyBufs holds the buffers of hand-encoded answers (jsonAppender); one
-// grown past maxPooledBody is left to the collector.
-var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
-
-const maxPooledBody = 64 << 10
 
 // noneMatch reports whether If-None-Match header values list etag or "*"
 // (weak comparison, RFC 9110 §13.1.2: W/"x" matches "x").

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -338,17 +337,19 @@ func allowed(mux *chi.Mux, r *http.Request) []string {
 
 // writeJSON answers v with status; degraded sets the degraded header.
 func (a *api) writeJSON(w http.ResponseWriter, r *http.Request, status int, v any, degraded bool) {
-	b, err := json.Marshal(v)
+	body, err := marshal(v)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
+	defer body.release()
+	b := body.b
 	if degraded {
 		w.Header().Set(HeaderDegraded, "true")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(b)
 }
 
 // ServerConfig holds the timeouts of the http.Server made by NewServer.

@@ -2,7 +2,10 @@ package httpapi
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -21,6 +24,72 @@ import (
 // false means "use json.Marshal".
 type jsonAppender interface {
 	appendJSON(b []byte) (out []byte, ok bool)
+}
+
+// bodyBufs holds the buffers of hand-encoded answers; one grown past
+// maxPooledBody is left to the collector.
+var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
+const maxPooledBody = 256 << 10
+
+// jsonBody is an answer's JSON and a newline, encoded by marshal; buf is
+// the pooled buffer it was written into (nil: json.Marshal's).
+type jsonBody struct {
+	b   []byte
+	buf *[]byte
+}
+
+// marshal encodes v by hand into a pooled buffer when v is a jsonAppender
+// that can, else with json.Marshal. Call release once the body is written
+// (and not after).
+func marshal(v any) (jsonBody, error) {
+	if ja, ok := v.(jsonAppender); ok {
+		buf := bodyBufs.Get().(*[]byte)
+		if b, ok := ja.appendJSON((*buf)[:0]); ok {
+			return jsonBody{b: append(b, '\n'), buf: buf}, nil
+		}
+		bodyBufs.Put(buf)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return jsonBody{}, err
+	}
+	return jsonBody{b: append(b, '\n')}, nil
+}
+
+// release gives a pooled buffer back.
+func (j jsonBody) release() {
+	if j.buf != nil && cap(j.b) <= maxPooledBody {
+		*j.buf = j.b[:0]
+		bodyBufs.Put(j.buf)
+	}
+}
+
+// appendJSON encodes the answer of POST /v1/tenants:status (map keys sorted,
+// as encoding/json does): a dashboard's poll of up to MaxStatusTenants
+// tenants.
+func (s TenantsStatus) appendJSON(b []byte) ([]byte, bool) {
+	if s.Tasks == nil {
+		return append(b, `{"tasks":null}`...), true
+	}
+	b = append(b, `{"tasks":{`...)
+	for i, id := range slices.Sorted(maps.Keys(s.Tasks)) {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, id)
+		b = append(b, ':')
+		d := s.Tasks[id]
+		if d == nil {
+			b = append(b, "null"...)
+			continue
+		}
+		var ok bool
+		if b, ok = d.appendJSON(b); !ok {
+			return b, false
+		}
+	}
+	return append(b, "}}"...), true
 }
 
 func (d *TaskDetail) appendJSON(b []byte) ([]byte, bool) {

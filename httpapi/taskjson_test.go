@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,62 @@ func TestTaskDetailJSONEqualsMarshal(t *testing.T) {
 	})
 }
 
+func TestTenantsStatusJSONEqualsMarshal(t *testing.T) {
+	check := func(t *testing.T, s TenantsStatus) {
+		t.Helper()
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := s.appendJSON(nil)
+		if !ok || !bytes.Equal(got, want) {
+			t.Fatalf("appendJSON (ok %v) differs from json.Marshal\n got: %s\nwant: %s", ok, got, want)
+		}
+	}
+	t.Run("nil map", func(t *testing.T) { check(t, TenantsStatus{}) })
+	t.Run("empty", func(t *testing.T) { check(t, TenantsStatus{Tasks: map[string]*TaskDetail{}}) })
+	t.Run("mixed", func(t *testing.T) {
+		tasks := map[string]*TaskDetail{"t-b": sampleDetail(), "t-a": nil, "T-c": {}}
+		for _, s := range hostileStrings {
+			d := sampleDetail()
+			d.TenantID = s
+			tasks[s] = d
+			tasks[s+"-none"] = nil
+		}
+		check(t, TenantsStatus{Tasks: tasks})
+	})
+	t.Run("fallback", func(t *testing.T) {
+		d := sampleDetail()
+		far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+		d.CreatedAt = &far
+		if _, ok := (TenantsStatus{Tasks: map[string]*TaskDetail{"a": sampleDetail(), "b": d}}).appendJSON(nil); ok {
+			t.Fatal("a task json.Marshal refuses did not make the bulk answer fall back")
+		}
+	})
+}
+
+// TestMarshal: the body writeJSON and writeCacheable send, by hand or not,
+// is json.Marshal's with a newline; a value json.Marshal refuses is an
+// error either way.
+func TestMarshal(t *testing.T) {
+	for _, v := range []any{sampleDetail(), TenantsStatus{Tasks: map[string]*TaskDetail{"a": sampleDetail(), "b": nil}}, map[string]int{"x": 1}} {
+		want, _ := json.Marshal(v)
+		for range 3 { // the second and third use a pooled buffer
+			body, err := marshal(v)
+			if err != nil || !bytes.Equal(body.b, append(want, '\n')) {
+				t.Fatalf("marshal(%T) = %s, %v; want %s", v, body.b, err, want)
+			}
+			body.release()
+		}
+	}
+	far := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	d := sampleDetail()
+	d.CreatedAt = &far
+	if _, err := marshal(d); err == nil {
+		t.Fatal("marshal of a time json.Marshal refuses: no error")
+	}
+}
+
 // checkSameAsMarshalOrFallback allows a fallback (ok false) for times
 // MarshalJSON encodes but the encoder leaves to it (zone offsets in seconds).
 func checkSameAsMarshalOrFallback(t *testing.T, d *TaskDetail) {
@@ -188,6 +245,36 @@ func BenchmarkTaskDetailJSON(b *testing.B) {
 		for b.Loop() {
 			var ok bool
 			if buf, ok = d.appendJSON(buf[:0]); !ok {
+				b.Fatal("fell back")
+			}
+		}
+	})
+}
+
+// BenchmarkTenantsStatusJSON: the answer of POST /v1/tenants:status for
+// 1 000 tenants (MaxStatusTenants), encoding/json and by hand.
+func BenchmarkTenantsStatusJSON(b *testing.B) {
+	s := TenantsStatus{Tasks: make(map[string]*TaskDetail, 1000)}
+	for i := range 1000 {
+		d := sampleDetail()
+		d.TenantID = "tenant-" + strconv.Itoa(i)
+		d.Params = map[string]any{"version": "1.2.3"}
+		s.Tasks[d.TenantID] = d
+	}
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("hand", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			var ok bool
+			if buf, ok = s.appendJSON(buf[:0]); !ok {
 				b.Fatal("fell back")
 			}
 		}
