@@ -7,18 +7,19 @@ import (
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/deploycoord/deploycoord/internal/jsonenc"
 )
 
 // The tenant query (GET /v1/tenants/{id}/task) is the endpoint pollers and
 // operators hit hardest, and encoding/json's reflection was a quarter of its
-// handler's own CPU. TaskDetail is encoded by hand below, byte for byte what
+// handler's own CPU. TaskDetail (and the bulk status, a map of them) is
+// encoded by hand below with internal/jsonenc, byte for byte what
 // json.Marshal gives (TestTaskDetailJSONEqualsMarshal compares them on
 // hostile values; BenchmarkTaskDetailJSON and docs/benchmarks.md have the
-// figures). Params, free-form, still go through json.Marshal. Any value
-// json.Marshal would encode another way or refuse — a time outside years
-// 0–9999 or with a zone offset in seconds — makes appendJSON report false,
-// and writeCacheable falls back to json.Marshal.
+// figures). A value json.Marshal refuses — a time outside years 0–9999,
+// params it cannot encode — makes appendJSON report false, and marshal
+// falls back to json.Marshal, which reports the error.
 
 // jsonAppender is a view that can append its own JSON encoding to b; ok
 // false means "use json.Marshal".
@@ -77,7 +78,7 @@ func (s TenantsStatus) appendJSON(b []byte) ([]byte, bool) {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, id)
+		b = jsonenc.String(b, id)
 		b = append(b, ':')
 		d := s.Tasks[id]
 		if d == nil {
@@ -96,13 +97,13 @@ func (d *TaskDetail) appendJSON(b []byte) ([]byte, bool) {
 	t := &d.Task
 	ok := true
 	b = append(b, `{"taskId":`...)
-	b = appendJSONString(b, t.TaskID)
+	b = jsonenc.String(b, t.TaskID)
 	b = append(b, `,"tenantId":`...)
-	b = appendJSONString(b, t.TenantID)
+	b = jsonenc.String(b, t.TenantID)
 	b = append(b, `,"planId":`...)
-	b = appendJSONString(b, t.PlanID)
+	b = jsonenc.String(b, t.PlanID)
 	b = append(b, `,"status":`...)
-	b = appendJSONString(b, string(t.Status))
+	b = jsonenc.String(b, string(t.Status))
 	b = append(b, `,"orphaned":`...)
 	b = strconv.AppendBool(b, t.Orphaned)
 	b = append(b, `,"pauseRequested":`...)
@@ -114,28 +115,26 @@ func (d *TaskDetail) appendJSON(b []byte) ([]byte, bool) {
 	b = append(b, `,"currentStageIndex":`...)
 	b = strconv.AppendInt(b, int64(t.CurrentStageIndex), 10)
 	b = append(b, `,"currentStage":`...)
-	b = appendJSONString(b, t.CurrentStage)
+	b = jsonenc.String(b, t.CurrentStage)
 	b = append(b, `,"totalStages":`...)
 	b = strconv.AppendInt(b, int64(t.TotalStages), 10)
 	b = append(b, `,"stageStartedAt":`...)
 	b, ok = appendJSONTime(b, t.StageStartedAt, ok)
 	b = append(b, `,"lastError":`...)
-	b = appendJSONString(b, t.LastError)
+	b = jsonenc.String(b, t.LastError)
 	b = append(b, `,"reason":`...)
-	b = appendJSONString(b, t.Reason)
+	b = jsonenc.String(b, t.Reason)
 	b = append(b, `,"owner":`...)
-	b = appendJSONString(b, t.Owner)
+	b = jsonenc.String(b, t.Owner)
 	b = append(b, `,"heartbeatAt":`...)
 	b, ok = appendJSONTime(b, t.HeartbeatAt, ok)
 	b = append(b, `,"fence":`...)
 	b = strconv.AppendInt(b, t.Fence, 10)
 	if len(t.Params) > 0 {
-		p, err := json.Marshal(t.Params)
-		if err != nil {
+		var err error
+		if b, err = jsonenc.Value(append(b, `,"params":`...), t.Params); err != nil {
 			return b, false
 		}
-		b = append(b, `,"params":`...)
-		b = append(b, p...)
 	}
 	b = append(b, `,"createdAt":`...)
 	b, ok = appendJSONTime(b, t.CreatedAt, ok)
@@ -156,9 +155,9 @@ func (d *TaskDetail) appendJSON(b []byte) ([]byte, bool) {
 		b = append(b, `{"lastCompletedStageIndex":`...)
 		b = strconv.AppendInt(b, int64(c.LastCompletedStageIndex), 10)
 		b = append(b, `,"completedStages":`...)
-		b = appendJSONStrings(b, c.CompletedStages)
+		b = jsonenc.Strings(b, c.CompletedStages)
 		b = append(b, `,"skippedStages":`...)
-		b = appendJSONStrings(b, c.SkippedStages)
+		b = jsonenc.Strings(b, c.SkippedStages)
 		b = append(b, `,"savedAt":`...)
 		b, ok = appendJSONTime(b, c.SavedAt, ok)
 		b = append(b, `,"attempt":`...)
@@ -173,90 +172,12 @@ func (d *TaskDetail) appendJSON(b []byte) ([]byte, bool) {
 	return b, ok
 }
 
-// appendJSONTime appends t as time.Time's MarshalJSON does (RFC 3339 with
-// nanoseconds, or null), and ok false where MarshalJSON would refuse t or
-// its strict RFC 3339 differs from the layout's.
+// appendJSONTime appends t as time.Time's MarshalJSON does (or null), and
+// ok false where MarshalJSON refuses t.
 func appendJSONTime(b []byte, t *time.Time, ok bool) ([]byte, bool) {
 	if t == nil {
 		return append(b, "null"...), ok
 	}
-	if y := t.Year(); y < 0 || y > 9999 {
-		return b, false
-	}
-	if _, off := t.Zone(); off%60 != 0 || off <= -24*3600 || off >= 24*3600 {
-		return b, false
-	}
-	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"'), ok
-}
-
-func appendJSONStrings(b []byte, ss []string) []byte {
-	if ss == nil {
-		return append(b, "null"...)
-	}
-	b = append(b, '[')
-	for i, s := range ss {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, s)
-	}
-	return append(b, ']')
-}
-
-const jsonHex = "0123456789abcdef"
-
-// appendJSONString appends s quoted as encoding/json does by default:
-// HTML-safe (<, > and & as \u003c, \u003e, \u0026), control characters
-// escaped, invalid UTF-8 as \ufffd, U+2028 and U+2029 escaped.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', jsonHex[c>>4], jsonHex[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', jsonHex[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	b, err := jsonenc.Time(b, *t)
+	return b, ok && err == nil
 }

@@ -4,165 +4,33 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
-	"slices"
 	"strconv"
-	"time"
-	"unicode/utf8"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
+	"github.com/deploycoord/deploycoord/internal/jsonenc"
 	"github.com/deploycoord/deploycoord/task"
 )
 
 // Hand-written JSON encoders of the values every task write stores: the
-// timeline events and the checkpoint. They produce exactly the bytes
-// encoding/json produces (tests compare them on many values) without its
-// reflection; a string that needs escaping and every free-form value (event
-// data, checkpoint context data) go through encoding/json. Each pays for
+// timeline events and the checkpoint, built on internal/jsonenc. They
+// produce exactly the bytes encoding/json produces (tests compare them on
+// many values) without its reflection; free-form values (event data,
+// checkpoint context data) of other than the common JSON kinds go through
+// encoding/json (jsonenc.Value). Each pays for
 // itself in encode_bench_test.go (BenchmarkCodec*: 2–5× faster, fewer
 // allocations; figures in docs/benchmarks.md, "Third round").
-
-// appendJSONString appends s as encoding/json writes it: plain printable
-// ASCII is copied, anything else is left to encoding/json (HTML escaping,
-// invalid UTF-8, U+2028/U+2029).
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // a string always encodes
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
-// appendJSONTime appends t as time.Time.MarshalJSON writes it.
-func appendJSONTime(b []byte, t time.Time) ([]byte, error) {
-	out, err := t.AppendText(append(b, '"'))
-	if err != nil {
-		_, err = t.MarshalJSON() // its own wording of the same error
-		return b, err
-	}
-	return append(out, '"'), nil
-}
-
-// appendJSONValue appends v as json.Marshal(v) writes it: values of the
-// common JSON kinds are encoded here, anything else (and a value nested
-// deeper than jsonDepthMax) by encoding/json.
-func appendJSONValue(b []byte, v any) ([]byte, error) {
-	return appendJSONAny(b, v, 0)
-}
-
-func appendJSONAny(b []byte, v any, depth int) ([]byte, error) {
-	if depth > jsonDepthMax {
-		return appendMarshal(b, v)
-	}
-	switch x := v.(type) {
-	case nil:
-		return append(b, "null"...), nil
-	case string:
-		return appendJSONString(b, x), nil
-	case bool:
-		return strconv.AppendBool(b, x), nil
-	case float64:
-		if math.IsInf(x, 0) || math.IsNaN(x) {
-			return appendMarshal(b, v)
-		}
-		return appendJSONFloat(b, x), nil
-	case int:
-		return strconv.AppendInt(b, int64(x), 10), nil
-	case int64:
-		return strconv.AppendInt(b, x, 10), nil
-	case int32:
-		return strconv.AppendInt(b, int64(x), 10), nil
-	case uint64:
-		return strconv.AppendUint(b, x, 10), nil
-	case *int:
-		if x == nil {
-			return append(b, "null"...), nil
-		}
-		return strconv.AppendInt(b, int64(*x), 10), nil
-	case map[string]any:
-		if x == nil {
-			return append(b, "null"...), nil
-		}
-		var small [16]string
-		keys := small[:0]
-		for k := range x {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b = append(b, '{')
-		var err error
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(appendJSONString(b, k), ':')
-			if b, err = appendJSONAny(b, x[k], depth+1); err != nil {
-				return b, err
-			}
-		}
-		return append(b, '}'), nil
-	case []any:
-		if x == nil {
-			return append(b, "null"...), nil
-		}
-		b = append(b, '[')
-		var err error
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			if b, err = appendJSONAny(b, e, depth+1); err != nil {
-				return b, err
-			}
-		}
-		return append(b, ']'), nil
-	case []string:
-		return appendJSONStrings(b, x), nil
-	}
-	return appendMarshal(b, v)
-}
-
-func appendMarshal(b []byte, v any) ([]byte, error) {
-	q, err := json.Marshal(v)
-	if err != nil {
-		return b, err
-	}
-	return append(b, q...), nil
-}
-
-// appendJSONFloat appends a finite f as encoding/json does (ES6 number
-// formatting).
-func appendJSONFloat(b []byte, f float64) []byte {
-	format := byte('f')
-	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	b = strconv.AppendFloat(b, f, format, -1, 64)
-	if format == 'e' {
-		// clean up e-09 to e-9
-		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
-			b[n-2] = b[n-1]
-			b = b[:n-1]
-		}
-	}
-	return b
-}
 
 // appendEvent appends ev as json.Marshal(ev) writes it.
 func appendEvent(b []byte, ev task.Event) ([]byte, error) {
 	var err error
 	b = append(b, `{"at":`...)
-	if b, err = appendJSONTime(b, ev.At); err != nil {
+	if b, err = jsonenc.Time(b, ev.At); err != nil {
 		return b, fmt.Errorf("timeline event %s: %w", ev.Type, err)
 	}
 	b = append(b, `,"type":`...)
-	b = appendJSONString(b, string(ev.Type))
+	b = jsonenc.String(b, string(ev.Type))
 	if ev.Stage != "" {
-		b = appendJSONString(append(b, `,"stage":`...), ev.Stage)
+		b = jsonenc.String(append(b, `,"stage":`...), ev.Stage)
 	}
 	if ev.StageIndex != nil {
 		b = strconv.AppendInt(append(b, `,"stageIndex":`...), int64(*ev.StageIndex), 10)
@@ -174,24 +42,24 @@ func appendEvent(b []byte, ev task.Event) ([]byte, error) {
 		b = strconv.AppendInt(append(b, `,"stageAttempt":`...), int64(ev.StageAttempt), 10)
 	}
 	if ev.Delay != 0 {
-		b = appendJSONString(append(b, `,"delay":`...), ev.Delay.D().String())
+		b = jsonenc.String(append(b, `,"delay":`...), ev.Delay.D().String())
 	}
 	if ev.Duration != 0 {
-		b = appendJSONString(append(b, `,"duration":`...), ev.Duration.D().String())
+		b = jsonenc.String(append(b, `,"duration":`...), ev.Duration.D().String())
 	}
 	for _, f := range [...]struct{ name, v string }{
 		{`,"reason":`, ev.Reason}, {`,"actor":`, ev.Actor}, {`,"role":`, ev.Role},
 		{`,"requestId":`, ev.RequestID}, {`,"instance":`, ev.Instance},
 	} {
 		if f.v != "" {
-			b = appendJSONString(append(b, f.name...), f.v)
+			b = jsonenc.String(append(b, f.name...), f.v)
 		}
 	}
 	if ev.Fence != 0 {
 		b = strconv.AppendInt(append(b, `,"fence":`...), ev.Fence, 10)
 	}
 	if len(ev.Data) > 0 {
-		if b, err = appendJSONValue(append(b, `,"data":`...), ev.Data); err != nil {
+		if b, err = jsonenc.Value(append(b, `,"data":`...), ev.Data); err != nil {
 			return b, fmt.Errorf("timeline event %s: %w", ev.Type, err)
 		}
 	}
@@ -223,21 +91,6 @@ func encodeEvents(evs []task.Event) ([]string, error) {
 	return out, nil
 }
 
-// appendJSONStrings appends ss as a JSON array of strings ("null" for nil).
-func appendJSONStrings(b []byte, ss []string) []byte {
-	if ss == nil {
-		return append(b, "null"...)
-	}
-	b = append(b, '[')
-	for i, s := range ss {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, s)
-	}
-	return append(b, ']')
-}
-
 // marshalCheckpoint returns c's stored JSON form, as c.Marshal() writes it.
 func marshalCheckpoint(c *checkpoint.Checkpoint) (string, error) {
 	b := make([]byte, 0, 256)
@@ -246,23 +99,23 @@ func marshalCheckpoint(c *checkpoint.Checkpoint) (string, error) {
 	if completed == nil {
 		completed = []string{}
 	}
-	b = appendJSONStrings(append(b, `,"completedStages":`...), completed)
+	b = jsonenc.Strings(append(b, `,"completedStages":`...), completed)
 	if len(c.SkippedStages) > 0 {
-		b = appendJSONStrings(append(b, `,"skippedStages":`...), c.SkippedStages)
+		b = jsonenc.Strings(append(b, `,"skippedStages":`...), c.SkippedStages)
 	}
 	b = append(b, `,"contextData":`...)
 	if len(c.ContextData) == 0 {
 		b = append(b, "{}"...)
 	} else {
 		var err error
-		if b, err = appendJSONValue(b, c.ContextData); err != nil {
+		if b, err = jsonenc.Value(b, c.ContextData); err != nil {
 			// The error encoding/json reports for the whole value.
 			_, err = c.Marshal()
 			return "", err
 		}
 	}
 	b = append(b, `,"savedAt":`...)
-	b, err := appendJSONTime(b, c.SavedAt)
+	b, err := jsonenc.Time(b, c.SavedAt)
 	if err != nil {
 		_, err = c.Marshal()
 		return "", err

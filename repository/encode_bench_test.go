@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
+	"github.com/deploycoord/deploycoord/internal/jsonenc"
 	"github.com/deploycoord/deploycoord/task"
 )
 
@@ -125,7 +126,7 @@ func BenchmarkCodecParams(b *testing.B) {
 	b.Run("hand-written", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			if _, err := appendJSONValue(nil, params); err != nil {
+			if _, err := jsonenc.Value(nil, params); err != nil {
 				b.Fatal(err)
 			}
 		}

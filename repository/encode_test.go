@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
+	"github.com/deploycoord/deploycoord/internal/jsonenc"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 )
@@ -140,7 +141,7 @@ func TestEncodersMatchEncodingJSON(t *testing.T) {
 
 		v := randValue(r, 0)
 		wantV, wantErr := json.Marshal(v)
-		gotV, gotErr := appendJSONValue(nil, v)
+		gotV, gotErr := jsonenc.Value(nil, v)
 		if (wantErr != nil) != (gotErr != nil) || (wantErr == nil && string(gotV) != string(wantV)) {
 			t.Fatalf("value %#v:\n got %s (%v)\nwant %s (%v)", v, gotV, gotErr, wantV, wantErr)
 		}

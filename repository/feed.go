@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/deploycoord/deploycoord/internal/jsonenc"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 )
@@ -94,7 +95,7 @@ func checkFeedEvent(dst []byte, i int, ev task.FeedEvent) ([]byte, error) {
 	if data == nil {
 		return dst, nil
 	}
-	b, err := appendJSONValue(dst, data)
+	b, err := jsonenc.Value(dst, data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: data: %v", task.ErrInvalid, op(), err)
 	}
@@ -110,12 +111,12 @@ func appendEventData(b []byte, status task.Status, ev *task.Event) []byte {
 	key := func(k string) {
 		b = append(b, sep)
 		sep = ','
-		b = append(appendJSONString(b, k), ':')
+		b = append(jsonenc.String(b, k), ':')
 	}
 	str := func(k, v string) {
 		if v != "" {
 			key(k)
-			b = appendJSONString(b, v)
+			b = jsonenc.String(b, v)
 		}
 	}
 	// In the order of the keys' bytes, as appendJSONValue sorts them.
@@ -146,7 +147,7 @@ func appendEventData(b []byte, status task.Status, ev *task.Event) []byte {
 		b = strconv.AppendInt(b, int64(*ev.StageIndex), 10)
 	}
 	key("status")
-	b = appendJSONString(b, string(status))
+	b = jsonenc.String(b, string(status))
 	return append(b, '}')
 }
 

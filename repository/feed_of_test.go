@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deploycoord/deploycoord/internal/jsonenc"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 )
@@ -50,7 +51,7 @@ func TestAppendEventDataIsTheMaps(t *testing.T) {
 	for i := range 5000 {
 		ev := randomEvent(r)
 		st := statuses[i%len(statuses)]
-		want, err := appendJSONValue(nil, task.EventData(st, ev))
+		want, err := jsonenc.Value(nil, task.EventData(st, ev))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/deploycoord/deploycoord/internal/jsonenc"
 	"github.com/deploycoord/deploycoord/task"
 )
 
@@ -47,14 +48,14 @@ type feedEntryEvent struct {
 // a feedEntryEvent (empty fields left out), its time at.
 func appendFeedEntryEvent(b []byte, i int, ev task.FeedEvent, at time.Time) ([]byte, error) {
 	b = append(b, `{"type":`...)
-	b = appendJSONString(b, ev.Type)
+	b = jsonenc.String(b, ev.Type)
 	b = append(b, `,"at":"`...)
 	b = at.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, '"')
 	field := func(name, v string) {
 		if v != "" {
 			b = append(b, name...)
-			b = appendJSONString(b, v)
+			b = jsonenc.String(b, v)
 		}
 	}
 	field(`,"planId":`, ev.PlanID)

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math"
 	"unicode/utf8"
+
+	"github.com/deploycoord/deploycoord/internal/jsonenc"
 )
 
 // Values of the JSON kind (params, event data, stage outputs) are stored as
@@ -15,7 +17,7 @@ import (
 
 // jsonDepthMax bounds the walks (a deeper value, or a cycle, goes through
 // encoding/json, which reports the cycle).
-const jsonDepthMax = 64
+const jsonDepthMax = jsonenc.DepthMax
 
 // checkJSON returns the error json.Marshal(v) returns, without encoding
 // when v is made of plain JSON types.

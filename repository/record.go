@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/deploycoord/deploycoord/internal/jsonenc"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 )
@@ -84,7 +85,7 @@ func encodeParams(p map[string]any) (string, error) {
 	if p == nil {
 		return "", nil
 	}
-	b, err := appendJSONValue(nil, p)
+	b, err := jsonenc.Value(nil, p)
 	if err != nil {
 		return "", fmt.Errorf("encode params: %w", err)
 	}
