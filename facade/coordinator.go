@@ -122,6 +122,10 @@ type Coordinator struct {
 	runs      sync.WaitGroup
 
 	closing atomic.Bool
+	// claimedEntries counts the shared plans' claimed entries whose
+	// runEntry has not returned — their permit release included — across
+	// every run, also a run that ended and left c.plans (Idle).
+	claimedEntries atomic.Int64
 	// hardStop is cancelled when the shutdown grace period ends: stages
 	// still running are interrupted.
 	hardStop       context.Context
@@ -360,6 +364,9 @@ func (c *Coordinator) Idle(ctx context.Context) error {
 }
 
 func (c *Coordinator) idle() bool {
+	if c.claimedEntries.Load() > 0 {
+		return false // a claimed entry's task or its permit's release
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.tasks) > 0 {

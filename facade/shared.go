@@ -168,6 +168,7 @@ func (pr *planRun) sharedLoop() {
 			}
 			pr.mu.Unlock()
 			pr.entries.Add(len(claim.Entries))
+			c.claimedEntries.Add(int64(len(claim.Entries)))
 			for _, e := range claim.Entries {
 				select {
 				case work <- e: // an idle worker takes it
@@ -258,7 +259,10 @@ func (pr *planRun) entryWorker(e plan.QueueEntry, work <-chan plan.QueueEntry, q
 // take it). Were it dropped, its task would stay PENDING with nobody to
 // claim it.
 func (pr *planRun) runEntry(e plan.QueueEntry) {
-	defer pr.entries.Done()
+	defer func() {
+		pr.c.claimedEntries.Add(-1)
+		pr.entries.Done()
+	}()
 	again := pr.runClaimed(e)
 	closing := pr.c.closing.Load() || pr.c.hardStop.Err() != nil
 	keep := false // the permit is kept to lapse: its entry goes back then
