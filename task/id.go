@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	mrand "math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -92,27 +93,32 @@ func CheckTenantID(id string) error {
 func NewID(now time.Time) string { return "task-" + ULID(now) }
 
 // ULID returns a Universally Unique Lexicographically Sortable Identifier for
-// time now: 48 bits of Unix milliseconds and 80 random bits, in Crockford's
-// base 32. Ids made later sort after ids made earlier: to the millisecond
-// across processes and strictly within one — an id made in the same
-// millisecond as the one before it here takes that one's 80 bits plus one
-// (the monotonic ULID), so a tenant's newest task is the greatest id among
-// those of one millisecond (see repository: the tenant index).
+// time now: 48 bits of Unix milliseconds and 80 bits that order the ids of
+// one millisecond, in Crockford's base 32. Ids made later sort after ids
+// made earlier: to the millisecond across processes and strictly within one,
+// whatever the milliseconds of the ids made in between (callers pass their
+// own now: a plan's creation, a retry and tests with clocks of their own
+// interleave). The 80 bits are a counter of this process (64 bits, started
+// at a random point below 2^62) and 16 random bits: a tenant's newest task
+// is the greatest id among those of one millisecond (see repository: the
+// tenant index). Two processes' ids of one millisecond collide only if
+// their counters met and the 16 bits agree.
 func ULID(now time.Time) string {
 	var b [16]byte
-	ms := uint64(now.UnixMilli())
+	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixMilli())<<16)
 	ulidMu.Lock()
-	if ms == ulidLastMs && !ulidNext(&ulidLast) {
-		b = ulidLast
-	} else {
-		binary.BigEndian.PutUint64(b[:8], ms<<16)
-		if _, err := rand.Read(b[6:]); err != nil {
+	if !ulidStarted {
+		var r [8]byte
+		if _, err := rand.Read(r[:]); err != nil {
 			ulidMu.Unlock()
 			panic("task: crypto/rand failed: " + err.Error())
 		}
-		ulidLast, ulidLastMs = b, ms
+		ulidSeq, ulidStarted = binary.BigEndian.Uint64(r[:])>>2, true
 	}
+	ulidSeq++
+	binary.BigEndian.PutUint64(b[6:14], ulidSeq)
 	ulidMu.Unlock()
+	binary.BigEndian.PutUint16(b[14:], uint16(mrand.Uint32()))
 	const alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 	var out [26]byte
 	// 128 bits as 26 base-32 digits: the first digit holds the top 3 bits.
@@ -126,27 +132,12 @@ func ULID(now time.Time) string {
 	return string(out[:])
 }
 
-// The last ULID made here and its millisecond, for the monotonic ids of one
-// millisecond.
+// The counter of ULID (see there).
 var (
-	ulidMu     sync.Mutex
-	ulidLast   [16]byte
-	ulidLastMs uint64 = 1 << 63
+	ulidMu      sync.Mutex
+	ulidSeq     uint64
+	ulidStarted bool
 )
-
-// ulidNext adds one to the 80 random bits of b; it reports the overflow
-// (b's bits were all ones), which leaves b as it was.
-func ulidNext(b *[16]byte) (overflow bool) {
-	for i := 15; i >= 6; i-- {
-		if b[i]++; b[i] != 0 {
-			return false
-		}
-	}
-	for i := 6; i < 16; i++ {
-		b[i] = 0xff
-	}
-	return true
-}
 
 // ULIDMillis returns the Unix milliseconds a ULID (26 Crockford base-32
 // digits, as ULID makes) was made at: its first 10 digits, the top 48 bits.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode"
@@ -94,6 +95,50 @@ func TestULID(t *testing.T) {
 			}
 			if task.ULIDMillis(id) != at.UnixMilli() {
 				t.Fatalf("id %s: time part moved", id)
+			}
+			prev = id
+		}
+	})
+	t.Run("OK/MonotonicWithOtherMillisecondsBetween", func(t *testing.T) {
+		t.Parallel()
+		// Callers pass their own now: ids of one millisecond made with ids
+		// of other milliseconds between them (a plan's creation beside a
+		// retry, tests with clocks of their own) still come in turn — the
+		// tenant index takes the greatest id of a millisecond as the newest.
+		// Two goroutines per millisecond, three milliseconds, interleaved.
+		ats := []time.Time{t0.Add(2 * time.Hour), t0.Add(3 * time.Hour), t0.Add(4 * time.Hour)}
+		var mu sync.Mutex
+		last := map[int64]string{}
+		var wg sync.WaitGroup
+		for g := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				at := ats[g%len(ats)]
+				for range 3000 {
+					mu.Lock() // made and compared in one step: "in turn" is this order
+					id, ms := task.ULID(at), at.UnixMilli()
+					if prev := last[ms]; id <= prev {
+						mu.Unlock()
+						t.Errorf("id %s of %d ms made after %s sorts before it", id, ms, prev)
+						return
+					}
+					last[ms] = id
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		// Sequential, with a hundred other milliseconds in between each.
+		at := t0.Add(5 * time.Hour)
+		prev := task.ULID(at)
+		for i := range 50 {
+			for j := range 100 {
+				task.ULID(at.Add(time.Duration(1+i*100+j) * time.Millisecond))
+			}
+			id := task.ULID(at)
+			if id <= prev {
+				t.Fatalf("id %s made after %s in the same millisecond, other ids between, sorts before it", id, prev)
 			}
 			prev = id
 		}
