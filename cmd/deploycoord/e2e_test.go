@@ -498,6 +498,19 @@ func TestE2EShutdownThenResumeElsewhere(t *testing.T) {
 		p = a.plan(p.PlanID)
 		return p.Counts["RUNNING"] == 2, fmt.Sprintf("plan counts %v, want 2 RUNNING", p.Counts)
 	})
+	// RUNNING is the start's write; the run may not be under way yet (a
+	// start landing as the shutdown begins pauses its task before the
+	// stage — seen under load: sd-2 PAUSED at drain 1 ms after its start).
+	// A heartbeat after the start says the run's stage is going.
+	until(t, 20*time.Second, func() (bool, string) {
+		for _, id := range []string{"sd-1", "sd-2"} {
+			tk := a.task(id)
+			if tk.HeartbeatAt == nil || tk.StartedAt == nil || !tk.HeartbeatAt.After(*tk.StartedAt) {
+				return false, fmt.Sprintf("task of %s: %s, heartbeat %v, started %v: no heartbeat since its start", id, tk.Status, tk.HeartbeatAt, tk.StartedAt)
+			}
+		}
+		return true, ""
+	})
 	a.stop() // the 5s stage ends well within the 30s grace
 
 	b := c.start("coord-b", "DEPLOYCOORD_SHARED_PLANS=false")
