@@ -135,12 +135,7 @@ func TestClaimedStartDuringShutdown(t *testing.T) {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		store := newHoldWrite(b.store, claimedStart)
-		cfg := b.cfg
-		cfg.Instance = "coord-x"
-		x, err := facade.New(store, b.locks, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		x := newCoordinator(t, b, store, b.locks, "coord-x", nil)
 		v, err := x.CreatePlan(ctx, spec([]task.StageSpec{b.httpStage("one", task.RetryPolicy{})}, "t-shut"), anyone)
 		if err != nil {
 			t.Fatal(err)
