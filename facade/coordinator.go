@@ -375,7 +375,7 @@ func (c *Coordinator) idle() bool {
 	for _, pr := range c.plans {
 		pr.mu.Lock()
 		waiting := (pr.waiters > 0 || pr.shared && pr.inflight == 0 && pr.status != plan.StatusRunning) && len(pr.running) == 0 &&
-			len(pr.release) == 0 && pr.freeing == 0 // permits to free, or being freed
+			len(pr.release) == 0 && !pr.freeing // permits to free, or being freed
 		pr.mu.Unlock()
 		if !waiting {
 			return false

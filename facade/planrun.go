@@ -66,9 +66,10 @@ type planRun struct {
 	// claimed entries' goroutines.
 	shared   bool
 	inflight int
-	// freeing counts the permit releases decided and not answered yet: the
-	// run is not idle until they are (Idle).
-	freeing int
+	// freeing: endShared is freeing the permits left in release; the run
+	// is not idle until it did (Idle). An entry ending after that frees its
+	// own, counted in Coordinator.claimedEntries.
+	freeing bool
 	held    map[string]plan.QueueEntry
 	release []plan.QueueEntry
 	wake    chan struct{}

@@ -201,24 +201,19 @@ func (pr *planRun) endShared() {
 	pr.ended = true
 	release := pr.release
 	pr.release = nil
-	if len(release) > 0 {
-		pr.freeing++
-	}
+	pr.freeing = len(release) > 0
 	pr.mu.Unlock()
 	pr.freePermits(release)
+	pr.mu.Lock()
+	pr.freeing = false
+	pr.mu.Unlock()
 }
 
-// freePermits frees the permits of es, a release counted in pr.freeing
-// (none for no entries).
+// freePermits frees the permits of es (none for no entries).
 func (pr *planRun) freePermits(es []plan.QueueEntry) {
 	if len(es) == 0 {
 		return
 	}
-	defer func() {
-		pr.mu.Lock()
-		pr.freeing--
-		pr.mu.Unlock()
-	}()
 	ctx, cancel := context.WithTimeout(context.Background(), pr.c.cfg.WriteTimeout)
 	defer cancel()
 	if err := pr.c.queue.ReleasePermits(ctx, pr.p.ID, es); err != nil {
@@ -273,11 +268,8 @@ func (pr *planRun) runEntry(e plan.QueueEntry) {
 	pr.inflight--
 	delete(pr.held, e.TaskID)
 	ended := pr.ended
-	switch {
-	case !ended && !keep:
+	if !ended && !keep {
 		pr.release = append(pr.release, e)
-	case ended && !keep:
-		pr.freeing++
 	}
 	pr.mu.Unlock()
 	if ended && !keep {
@@ -369,15 +361,6 @@ func (c *Coordinator) readQueued(e plan.QueueEntry) (*task.Task, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
 	defer cancel()
 	return c.queue.QueuedTask(ctx, e)
-}
-
-// queuedTask is the task of a claimed entry, from the queue's memory or
-// else the store.
-func (c *Coordinator) queuedTask(e plan.QueueEntry) (*task.Task, error) {
-	if t := c.createdTask(e); t != nil {
-		return t, nil
-	}
-	return c.readQueued(e)
 }
 
 // blindStore is a Store that takes blind starts (task.Write.Blind):
