@@ -328,3 +328,25 @@ func TestFloorRunsEveryTask(t *testing.T) {
 		t.Errorf("last row %+v, want the instructions a task, 900 / 300 / 150", last)
 	}
 }
+
+func TestTargetsTableComparesTotalCPU(t *testing.T) {
+	t.Parallel()
+	const n = 1000
+	r := &report{cfg: config{N: n},
+		plan1: []planRun{{total: time.Second, cpu: cpuUse{proc: 100 * time.Millisecond, redis: 120 * time.Millisecond}}},
+		asynq: []asynqRun{{total: time.Second, cpu: cpuUse{proc: 100 * time.Millisecond, redis: 54 * time.Millisecond}}},
+	}
+	tb := r.targetsTable()
+	for _, row := range tb.rows {
+		if strings.HasPrefix(strings.TrimSpace(row.figure), "CPU per task, Go process + Redis") {
+			if want := "220 µs vs 154 µs (asynq's / ours: 0.70×)"; row.value != want {
+				t.Errorf("value %q, want %q", row.value, want)
+			}
+			if row.verdict != "" {
+				t.Errorf("verdict %q: the row is a figure, not a target", row.verdict)
+			}
+			return
+		}
+	}
+	t.Fatalf("no total CPU row in %+v", tb.rows)
+}
