@@ -235,7 +235,7 @@ func fromYAML(n *yaml.Node, at string, aliased bool, budget *int) (any, error) {
 }
 
 func (a *app) planShow(ctx context.Context, fs *flag.FlagSet, args []string) error {
-	watch := fs.Bool("watch", false, "refresh until the plan is COMPLETED, FAILED or CANCELLED (exit 0 only for COMPLETED)")
+	watch := fs.Bool("watch", false, "then follow its progress until it is COMPLETED, FAILED or CANCELLED (exit 0 only for COMPLETED)")
 	interval := fs.Duration("interval", watchIntervalDefault, "refresh interval of --watch")
 	pos, err := a.parse(fs, args)
 	if err != nil {
@@ -248,8 +248,8 @@ func (a *app) planShow(ctx context.Context, fs *flag.FlagSet, args []string) err
 	if *interval <= 0 {
 		return usagef("--interval must be positive")
 	}
-	if *watch {
-		return a.watch(ctx, id, *interval)
+	if *watch && a.json() {
+		return a.watch(ctx, id, *interval) // the plan as JSON lines, the first one included
 	}
 	var p httpapi.Plan
 	raw, err := a.cli.getJSON(ctx, planPath(id), nil, &p)
@@ -259,7 +259,14 @@ func (a *app) planShow(ctx context.Context, fs *flag.FlagSet, args []string) err
 	if a.json() {
 		return printJSON(a.stdout, raw)
 	}
-	return a.printPlan(p)
+	if err := a.printPlan(p); err != nil {
+		return err
+	}
+	if *watch {
+		// The plan as shown above, then its progress until it ends.
+		return a.watch(ctx, id, *interval)
+	}
+	return nil
 }
 
 // watch re-reads the plan every interval until it is finished. On a

@@ -153,6 +153,10 @@ func TestPlanWatch(t *testing.T) {
 		id := s.create(t, planJSON("failing", s.pushStages(), "t-wf"))
 		r := s.cli(t, "plan", "show", id, "--watch", "--interval", "20ms")
 		must(t, r, 1, "stdout", id+" FAILED", "failed 1")
+		// The plan first, as plan show prints it, then its progress.
+		if !strings.HasPrefix(r.stdout, "PLAN         "+id+"\nNAME         failing\n") || strings.Index(r.stdout, "FINISHED") > strings.Index(r.stdout, id+" FAILED") {
+			t.Fatalf("the plan's details do not come first\n%s", r)
+		}
 		must(t, r, 1, "stderr", "error: plan "+id+" finished FAILED")
 	})
 	t.Run("TerminalRedrawsInPlace", func(t *testing.T) {
