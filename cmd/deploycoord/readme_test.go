@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -204,7 +205,11 @@ func (s *tourShell) run(commands []string) ([]string, error) {
 func startDemoTarget(t *testing.T, dir, fail string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "demotarget")
-	if out, err := exec.Command("go", "build", "-o", bin, "../demotarget").CombinedOutput(); err != nil {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	if out, err := exec.Command(gobin, "build", "-o", bin, "../demotarget").CombinedOutput(); err != nil {
 		t.Fatalf("go build ../demotarget: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin, "-listen", "127.0.0.1:0", "-fail", fail)
