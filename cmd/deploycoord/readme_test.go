@@ -23,18 +23,19 @@ type tourStep struct {
 	want    []string
 }
 
-// tourSteps returns the shell blocks of the README's "A 5-minute tour", from
-// "### 1." up to the next "## " section, each with the output block that
+// tourSteps returns the shell blocks of the README from the line starting
+// with from up to the next "## " section, each with the output block that
 // follows it.
-func tourSteps(readme string) ([]tourStep, error) {
-	start := strings.Index(readme, "\n### 1. ")
+func tourSteps(readme, from string) ([]tourStep, error) {
+	start := strings.Index(readme, "\n"+from)
 	if start < 0 {
-		return nil, fmt.Errorf(`no "### 1." heading`)
+		return nil, fmt.Errorf("no line %q", from)
 	}
-	end := strings.Index(readme[start:], "\n## ")
+	end := strings.Index(readme[start+1:], "\n## ")
 	if end < 0 {
-		return nil, fmt.Errorf(`no "## " section after the tour`)
+		return nil, fmt.Errorf(`no "## " section after %q`, from)
 	}
+	end++
 	lines := strings.Split(readme[start:start+end], "\n")
 	var (
 		steps   []tourStep
@@ -51,8 +52,11 @@ func tourSteps(readme string) ([]tourStep, error) {
 	for i := 0; i < len(lines); {
 		l := lines[i]
 		switch {
-		case strings.HasPrefix(l, "### "):
-			heading = strings.TrimPrefix(l, "### ")
+		case strings.HasPrefix(l, "### "), strings.HasPrefix(l, "**"):
+			heading = strings.Trim(strings.TrimPrefix(l, "### "), "*")
+			if b, _, ok := strings.Cut(heading, "**"); ok {
+				heading = b
+			}
 			i++
 		case l == "```sh":
 			body, next, err := block(i)
@@ -118,7 +122,20 @@ func shellCommands(script string) []string {
 // readOnly reports whether a tour command only looks (a GET with curl) or
 // waits: what can be run again until the state it shows is reached.
 func readOnly(cmd string) bool {
-	return strings.HasPrefix(cmd, "sleep ") || strings.HasPrefix(cmd, "curl ") && !strings.Contains(cmd, "-X ")
+	switch {
+	case strings.HasPrefix(cmd, "sleep "):
+		return true
+	case strings.HasPrefix(cmd, "curl "):
+		return !strings.Contains(cmd, "-X ")
+	case strings.Contains(cmd, "--watch"), strings.Contains(cmd, "--follow"):
+		return false
+	}
+	for _, look := range []string{"events", "status", "timeline", "tasks", "lock show", "plan show"} {
+		if strings.HasPrefix(cmd, "deployctl "+look+" ") {
+			return true
+		}
+	}
+	return false
 }
 
 var tourVariable = []struct {
@@ -148,6 +165,60 @@ func normalize(lines []string) []string {
 	return out
 }
 
+// The deployctl flows show outputs "trimmed", with times relative to when
+// they were taken and columns as wide as their content: looseVariable and
+// looseMatch compare what they show, not how it is laid out.
+var looseVariable = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`task-[0-9A-HJKMNP-TV-Z]{26}`), "task-<id>"},
+	{regexp.MustCompile(`\b\d{13}(-\d+)?\b`), "<n>"},                   // fences, feed cursors
+	{regexp.MustCompile(`\b(\d+[a-z]+)+ ago\b|\bjust now\b`), "<ago>"}, // relative times
+	{regexp.MustCompile(`^TTL +\S+`), "TTL <ttl>"},
+	{regexp.MustCompile(`\b(PENDING|RUNNING|PAUSED|COMPLETED|FAILED|CANCELLED) \d+\b`), "$1 <n>"}, // counts of a moment (TASKS)
+	{regexp.MustCompile(`\s+`), " "},
+}
+
+func looseNormalize(lines []string) []string {
+	out := normalize(lines)
+	for i, l := range out {
+		for _, v := range looseVariable {
+			l = v.re.ReplaceAllString(l, v.with)
+		}
+		out[i] = strings.TrimSpace(l)
+	}
+	return out
+}
+
+// looseMatch reports whether the lines the README shows (normalized; "..."
+// marks what it trimmed) come in got in their order; a line the README cut
+// with "…" matches a line it starts (or that starts it, when both were cut).
+func looseMatch(want, got []string) bool {
+	j := 0
+	for _, w := range want {
+		if w == "..." {
+			continue
+		}
+		for ; j < len(got); j++ {
+			if w == got[j] {
+				break
+			}
+			if strings.HasSuffix(w, "…") {
+				wp, gp := strings.TrimSuffix(w, "…"), strings.TrimSuffix(got[j], "…")
+				if strings.HasPrefix(gp, wp) || strings.HasSuffix(got[j], "…") && strings.HasPrefix(wp, gp) {
+					break
+				}
+			}
+		}
+		if j == len(got) {
+			return false
+		}
+		j++
+	}
+	return true
+}
+
 func expandTabs(l string) string {
 	if !strings.Contains(l, "\t") {
 		return l
@@ -170,17 +241,20 @@ func expandTabs(l string) string {
 // tourShell runs tour commands with bash, keeping the variables the tour
 // sets ($PLAN, $BULK) from one block to the next, as one terminal would.
 type tourShell struct {
-	t     *testing.T
 	dir   string
 	state string
 	env   []string
+	// merged: stderr goes with stdout, in order (the deployctl flows show
+	// both as a terminal does); otherwise anything on stderr fails.
+	merged bool
 }
 
 func (s *tourShell) run(commands []string) ([]string, error) {
 	if len(commands) == 0 {
 		return nil, nil
 	}
-	script := fmt.Sprintf("[ -f %[1]q ] && . %[1]q\n%[2]s\n__rc=$?\n{ declare -p PLAN; declare -p BULK; } > %[1]q 2>/dev/null\nexit $__rc\n",
+	script := fmt.Sprintf("[ -f %[1]q ] && . %[1]q\n%[2]s\n__rc=$?\n"+
+		"{ for v in PLAN BULK ROLLOUT SOAK FENCE; do declare -p $v; done; } > %[1]q 2>/dev/null\nexit $__rc\n",
 		s.state, strings.Join(commands, "\n"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -188,6 +262,9 @@ func (s *tourShell) run(commands []string) ([]string, error) {
 	cmd.Dir, cmd.Env = s.dir, s.env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if s.merged {
+		cmd.Stderr = &stdout
+	}
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("%v\nstdout:\n%s\nstderr:\n%s", err, &stdout, &stderr)
 	}
@@ -200,18 +277,24 @@ func (s *tourShell) run(commands []string) ([]string, error) {
 	return strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n"), nil
 }
 
+// buildTool builds the command in pkg (a directory) into bin.
+func buildTool(t *testing.T, pkg, bin string) {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	if out, err := exec.Command(gobin, "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+}
+
 // startDemoTarget builds and starts cmd/demotarget failing what fail says,
 // and returns its address.
 func startDemoTarget(t *testing.T, dir, fail string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "demotarget")
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	if out, err := exec.Command(gobin, "build", "-o", bin, "../demotarget").CombinedOutput(); err != nil {
-		t.Fatalf("go build ../demotarget: %v\n%s", err, out)
-	}
+	buildTool(t, "../demotarget", bin)
 	cmd := exec.Command(bin, "-listen", "127.0.0.1:0", "-fail", fail)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -243,15 +326,23 @@ func startDemoTarget(t *testing.T, dir, fail string) string {
 	}
 }
 
-// TestREADMETour runs the README's 5-minute tour as written — its shell
-// blocks, with bash, curl and jq, against the deploycoord binary started as
-// "Terminal 2" starts it (the embedded Redis) and cmd/demotarget as
-// "Terminal 1" does — and compares each block's output with the output the
-// README shows, plan ids, times and fencing tokens aside. Only the
-// addresses (the README's fixed ports 8080 and 9000 become free ones) and
-// the plan file's path are changed. A block ending in commands that only
-// look (GETs, sleeps) has those run again until the output is the README's
-// (the tour says "after the 5 seconds"), for at most a minute.
+// TestREADMETour runs the README's 5-minute tour and then its "SRE's flows
+// with deployctl" as written — their shell blocks, with bash, curl and jq,
+// against the deploycoord binary started as "Terminal 2" starts it (the
+// embedded Redis), cmd/demotarget as "Terminal 1" does, and deployctl on
+// the PATH — and compares each block's output with the output the README
+// shows. Only the addresses (the README's fixed ports 8080 and 9000 become
+// free ones) and the files' paths are changed; "go install" is the test's
+// build, and "--follow" (a fourth terminal) is not run.
+//
+// The tour's outputs must be the README's but for plan ids, times and
+// fencing tokens. The deployctl flows show theirs "trimmed", with relative
+// times and aligned columns: there the lines the README shows must come in
+// that order (looseMatch). A block ending in commands that only look (GETs,
+// sleeps, deployctl's reads) has those run again until the output is the
+// README's (the tour says "after the 5 seconds"), for at most a minute.
+// Before the take-over of t-04 the test waits, as the README's reader does,
+// until the task shows orphaned.
 func TestREADMETour(t *testing.T) {
 	t.Parallel()
 	for _, tool := range []string{"bash", "curl", "jq"} {
@@ -266,54 +357,112 @@ func TestREADMETour(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps, err := tourSteps(string(readme))
+	tour, err := tourSteps(string(readme), "### 1. ")
 	if err != nil {
 		t.Fatalf("README: %v", err)
 	}
-	if len(steps) < 8 {
-		t.Fatalf("README: %d shell blocks in the tour, want at least 8", len(steps))
+	flows, err := tourSteps(string(readme), "## The SRE's flows with `deployctl`")
+	if err != nil {
+		t.Fatalf("README: %v", err)
+	}
+	if len(tour) < 8 || len(flows) < 7 {
+		t.Fatalf("README: %d shell blocks in the tour and %d in the deployctl flows, want at least 8 and 7", len(tour), len(flows))
 	}
 	dir := t.TempDir()
 	demo := startDemoTarget(t, dir, "t-03/verify")
-	n := startNode(t, "tour", []string{"DEPLOYCOORD_LISTEN=127.0.0.1:0", "DEPLOYCOORD_INLINE_HTTP_HOSTS=" + demo})
-	addrs := strings.NewReplacer("localhost:8080", strings.TrimPrefix(n.base, "http://"),
-		"localhost:9000", demo, "127.0.0.1:9000", demo, "/tmp/tour-plan.json", filepath.Join(dir, "tour-plan.json"))
-	sh := &tourShell{t: t, dir: dir, state: filepath.Join(dir, "tour.vars"),
-		env: append(cleanEnv(), "NO_PROXY=*", "no_proxy=*")}
-	for i, s := range steps {
-		cmds := shellCommands(addrs.Replace(s.script))
-		k := len(cmds)
-		for k > 0 && readOnly(cmds[k-1]) {
-			k--
+	buildTool(t, "../deployctl", filepath.Join(dir, "bin", "deployctl"))
+	// Named as the instance of the README's outputs.
+	n := startNode(t, "vm-22075", []string{"DEPLOYCOORD_LISTEN=127.0.0.1:0", "DEPLOYCOORD_INLINE_HTTP_HOSTS=" + demo})
+	server := strings.TrimPrefix(n.base, "http://")
+	addrs := strings.NewReplacer("localhost:8080", server, "localhost:9000", demo, "127.0.0.1:9000", demo,
+		"/tmp/", dir+"/")
+	env := append(cleanEnv(), "NO_PROXY=*", "no_proxy=*", "DEPLOYCTL_SERVER="+n.base)
+	for i, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			env[i] = "PATH=" + filepath.Join(dir, "bin") + string(os.PathListSeparator) + strings.TrimPrefix(kv, "PATH=")
 		}
-		head, err := sh.run(cmds[:k])
+	}
+	sh := &tourShell{dir: dir, state: filepath.Join(dir, "tour.vars"), env: env}
+	for i, s := range tour {
+		runStep(t, sh, i+1, s, addrs, false)
+	}
+	sh.merged = true
+	for i, s := range flows {
+		if strings.Contains(s.script, "take over") {
+			waitOrphaned(t, n, "t-04")
+		}
+		runStep(t, sh, len(tour)+i+1, s, addrs, true)
+	}
+}
+
+// runStep runs one block of the README (see TestREADMETour) and fails the
+// test unless its output is the README's.
+func runStep(t *testing.T, sh *tourShell, i int, s tourStep, addrs *strings.Replacer, loose bool) {
+	t.Helper()
+	var cmds []string
+	for _, c := range shellCommands(addrs.Replace(s.script)) {
+		if strings.HasPrefix(c, "go install ") || strings.Contains(c, "--follow") {
+			continue
+		}
+		cmds = append(cmds, c)
+	}
+	k := len(cmds)
+	for k > 0 && readOnly(cmds[k-1]) {
+		k--
+	}
+	head, err := sh.run(cmds[:k])
+	if err != nil {
+		t.Fatalf("%s, block %d:\n%s\n%v", s.heading, i, s.script, err)
+	}
+	norm := normalize
+	if loose {
+		norm = looseNormalize
+	}
+	want := norm(s.want)
+	same := func(got []string) bool {
+		if loose {
+			return looseMatch(want, got)
+		}
+		return strings.Join(got, "\n") == strings.Join(want, "\n")
+	}
+	var got []string
+	for deadline, tail := time.Now().Add(time.Minute), cmds[k:]; ; {
+		out, err := sh.run(tail)
 		if err != nil {
-			t.Fatalf("%s, block %d:\n%s\n%v", s.heading, i+1, s.script, err)
+			t.Fatalf("%s, block %d:\n%s\n%v", s.heading, i, s.script, err)
 		}
-		want := normalize(s.want)
-		var got []string
-		for deadline, tail := time.Now().Add(time.Minute), cmds[k:]; ; {
-			out, err := sh.run(tail)
-			if err != nil {
-				t.Fatalf("%s, block %d:\n%s\n%v", s.heading, i+1, s.script, err)
-			}
-			got = normalize(append(append([]string(nil), head...), out...))
-			if s.want == nil || strings.Join(got, "\n") == strings.Join(want, "\n") || len(tail) == 0 || time.Now().After(deadline) {
-				break
-			}
-			// Look again, without the waits: the README's state comes soon.
-			var looks []string
-			for _, c := range tail {
-				if !strings.HasPrefix(c, "sleep ") {
-					looks = append(looks, c)
-				}
-			}
-			tail = looks
-			time.Sleep(300 * time.Millisecond)
+		got = norm(append(append([]string(nil), head...), out...))
+		if s.want == nil || same(got) || len(tail) == 0 || time.Now().After(deadline) {
+			break
 		}
-		if s.want != nil && strings.Join(got, "\n") != strings.Join(want, "\n") {
-			t.Fatalf("%s, block %d:\n%s\n\nthe README shows:\n%s\n\nit printed:\n%s", s.heading, i+1, s.script,
-				strings.Join(want, "\n"), strings.Join(got, "\n"))
+		// Look again, without the waits: the README's state comes soon.
+		var looks []string
+		for _, c := range tail {
+			if !strings.HasPrefix(c, "sleep ") {
+				looks = append(looks, c)
+			}
 		}
+		tail = looks
+		time.Sleep(300 * time.Millisecond)
+	}
+	if s.want != nil && !same(got) {
+		t.Fatalf("%s, block %d:\n%s\n\nthe README shows:\n%s\n\nit printed:\n%s", s.heading, i, s.script,
+			strings.Join(want, "\n"), strings.Join(got, "\n"))
+	}
+}
+
+// waitOrphaned waits until the tenant's task shows orphaned (its lock was
+// released under it: the holder stops at its next renewal).
+func waitOrphaned(t *testing.T, n *node, tenant string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if n.task(tenant).Orphaned {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task of %s did not show orphaned within 90s", tenant)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }
