@@ -466,3 +466,78 @@ func waitOrphaned(t *testing.T, n *node, tenant string) {
 		time.Sleep(500 * time.Millisecond)
 	}
 }
+
+// TestREADMEConfigurationTable checks the README's table of settings
+// against the binary's: every setting is a row with its variable, its flag
+// and its default, and every variable of the table is a setting. A default
+// the binary computes (an empty default, like the instance id's
+// <hostname>-<pid>) may be shown as what it becomes.
+func TestREADMEConfigurationTable(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	start := strings.Index(text, "\n## Configuration\n")
+	if start < 0 {
+		t.Fatal(`README: no "## Configuration" section`)
+	}
+	type row struct{ flag, def string }
+	rows := map[string]row{}
+	code := regexp.MustCompile("`([^`]*)`")
+	for _, l := range strings.Split(text[start:], "\n")[2:] {
+		if strings.HasPrefix(l, "## ") || strings.HasPrefix(l, "### ") {
+			break
+		}
+		if !strings.HasPrefix(l, "| `DEPLOYCOORD_") {
+			continue
+		}
+		cells := strings.Split(strings.Trim(l, "|"), " | ")
+		if len(cells) < 4 {
+			t.Fatalf("README: a row of %d cells: %q", len(cells), l)
+		}
+		var envs, flags []string
+		for _, m := range code.FindAllStringSubmatch(cells[0], -1) {
+			envs = append(envs, m[1])
+		}
+		for _, m := range code.FindAllStringSubmatch(cells[1], -1) {
+			flags = append(flags, m[1])
+		}
+		if len(envs) != len(flags) {
+			t.Fatalf("README: %d variables and %d flags in %q", len(envs), len(flags), l)
+		}
+		def := strings.TrimSpace(cells[2])
+		if m := code.FindStringSubmatch(def); m != nil && m[0] == def {
+			def = m[1]
+		} else if strings.HasPrefix(def, "*(") {
+			def = "" // *(empty)*, *(none)*, *(the listen address)*: computed or none
+		}
+		for i, e := range envs {
+			if _, dup := rows[e]; dup {
+				t.Errorf("README: %s has two rows", e)
+			}
+			rows[e] = row{flags[i], def}
+		}
+	}
+	if len(rows) == 0 {
+		t.Fatal("README: no settings in the configuration table")
+	}
+	for _, s := range settings() {
+		r, ok := rows[s.env]
+		if !ok {
+			t.Errorf("README: %s (-%s) is not in the configuration table", s.env, s.flag)
+			continue
+		}
+		delete(rows, s.env)
+		if r.flag != "-"+s.flag {
+			t.Errorf("README: %s has flag %s, the binary -%s", s.env, r.flag, s.flag)
+		}
+		if r.def != s.def && s.def != "" {
+			t.Errorf("README: %s defaults to %q, the binary to %q", s.env, r.def, s.def)
+		}
+	}
+	for e := range rows {
+		t.Errorf("README: %s is in the configuration table but is no setting of the binary", e)
+	}
+}
