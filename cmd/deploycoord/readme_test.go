@@ -4,15 +4,20 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/deploycoord/deploycoord/httpapi"
 )
 
 // tourStep is one shell block of the README's tour and the output the
@@ -539,5 +544,59 @@ func TestREADMEConfigurationTable(t *testing.T) {
 	}
 	for e := range rows {
 		t.Errorf("README: %s is in the configuration table but is no setting of the binary", e)
+	}
+}
+
+// TestREADMEPipelineExample starts the server with the README's example
+// pipelines file ("### Pipelines") — refused without DEPLOYCOORD_ALLOW_EXEC,
+// as the README says of its exec stage, and served with it — and sends the
+// README's plan request naming the pipeline: the plan is created with the
+// pipeline's three stages.
+func TestREADMEPipelineExample(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	start := strings.Index(text, "\n### Pipelines\n")
+	if start < 0 {
+		t.Fatal(`README: no "### Pipelines" section`)
+	}
+	section := text[start:]
+	yamlAt := strings.Index(section, "```yaml\n")
+	if yamlAt < 0 {
+		t.Fatal("README: no yaml block under Pipelines")
+	}
+	yamlBody, _, ok := strings.Cut(section[yamlAt+len("```yaml\n"):], "\n```")
+	if !ok {
+		t.Fatal("README: the pipelines yaml block is not closed")
+	}
+	path := writeFile(t, "pipelines.yaml", yamlBody+"\n")
+
+	if m, _, err := runMain(t, "-pipelines", path); err == nil {
+		t.Fatalf("the README's pipelines (an exec stage) served without DEPLOYCOORD_ALLOW_EXEC on %s", m.Addr)
+	} else if !strings.Contains(err.Error(), "exec") {
+		t.Fatalf("refused without naming exec: %v", err)
+	}
+
+	m, _, err := runMain(t, "-pipelines", path, "-allow-exec")
+	if err != nil {
+		t.Fatalf("the README's pipelines with -allow-exec: %v", err)
+	}
+	shAt := strings.Index(section, "```sh\n")
+	if shAt < 0 {
+		t.Fatal("README: no plan request under Pipelines")
+	}
+	script, _, _ := strings.Cut(section[shAt+len("```sh\n"):], "\n```")
+	_, body, ok := strings.Cut(script, "-d '")
+	if !ok || !strings.HasSuffix(body, "'") {
+		t.Fatalf("README: no -d '...' body in %q", script)
+	}
+	n := local(t, m)
+	created := must[httpapi.Plan](n, http.MethodPost, "/v1/plans", json.RawMessage(strings.TrimSuffix(body, "'")), http.StatusCreated)
+	if created.Name != "rollout-1.2.3" || created.Pipeline != "standard-deploy" || created.TotalTasks != 2 ||
+		!slices.Equal(created.Stages, []string{"push-config", "settle", "migrate"}) {
+		t.Fatalf("created %+v", created)
 	}
 }
