@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +27,10 @@ type tourStep struct {
 	heading string
 	script  string
 	want    []string
+	// followed: want is what a command left running in another terminal
+	// ("--follow") printed meanwhile — an output block of its own, after a
+	// paragraph that names that terminal; script is empty.
+	followed bool
 }
 
 // tourSteps returns the shell blocks of the README from the line starting
@@ -45,6 +50,7 @@ func tourSteps(readme, from string) ([]tourStep, error) {
 	var (
 		steps   []tourStep
 		heading string
+		text    string // the last line of prose
 	)
 	block := func(i int) (body []string, next int, err error) {
 		for j := i + 1; j < len(lines); j++ {
@@ -82,7 +88,26 @@ func tourSteps(readme, from string) ([]tourStep, error) {
 			}
 			steps = append(steps, s)
 			i = next
+		case l == "```":
+			// An output block of its own: what another terminal printed.
+			want, next, err := block(i)
+			if err != nil {
+				return nil, err
+			}
+			if strings.Contains(text, "Terminal 4") {
+				steps = append(steps, tourStep{heading: heading, want: want, followed: true})
+			}
+			i = next
+		case strings.HasPrefix(l, "```"):
+			_, next, err := block(i) // yaml, json...: not run
+			if err != nil {
+				return nil, err
+			}
+			i = next
 		default:
+			if strings.TrimSpace(l) != "" {
+				text = l
+			}
 			i++
 		}
 	}
@@ -252,6 +277,93 @@ type tourShell struct {
 	// merged: stderr goes with stdout, in order (the deployctl flows show
 	// both as a terminal does); otherwise anything on stderr fails.
 	merged bool
+	// follow is the command left running in another terminal, if any.
+	follow *followProc
+}
+
+// lockedBuffer is a bytes.Buffer written by a process and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// followProc is a command the README leaves running in a terminal of its
+// own ("deployctl events --follow").
+type followProc struct {
+	cmd         *exec.Cmd
+	out, stderr lockedBuffer
+	done        chan error
+}
+
+// startFollow starts cmd (a simple command: words, a "#" comment) with the
+// shell's environment, its program looked up in the shell's PATH.
+func (s *tourShell) startFollow(t *testing.T, line string) {
+	t.Helper()
+	if s.follow != nil {
+		t.Fatalf("a second command left running: %q", line)
+	}
+	line, _, _ = strings.Cut(line, "#")
+	words := strings.Fields(line)
+	prog := words[0]
+	for _, kv := range s.env {
+		if path, ok := strings.CutPrefix(kv, "PATH="); ok {
+			for _, d := range filepath.SplitList(path) {
+				if _, err := os.Stat(filepath.Join(d, prog)); err == nil {
+					prog = filepath.Join(d, prog)
+					break
+				}
+			}
+		}
+	}
+	f := &followProc{cmd: exec.Command(prog, words[1:]...), done: make(chan error, 1)}
+	f.cmd.Dir, f.cmd.Env = s.dir, s.env
+	f.cmd.Stdout, f.cmd.Stderr = &f.out, &f.stderr
+	if err := f.cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", line, err)
+	}
+	go func() { f.done <- f.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = f.cmd.Process.Kill()
+		<-f.done
+	})
+	s.follow = f
+}
+
+// stopFollow ends the command left running as the README says: Ctrl-C
+// (SIGINT), exit 0, and the cursor to resume from on stderr.
+func (s *tourShell) stopFollow(t *testing.T) {
+	t.Helper()
+	f := s.follow
+	if f == nil {
+		t.Fatal("README: no command was left running (--follow)")
+	}
+	if err := f.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-f.done:
+		f.done <- err // for the cleanup
+		if err != nil {
+			t.Errorf("%v after Ctrl-C: %v (the README says exit 0); stderr: %s", f.cmd.Args, err, f.stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%v did not end within 20s of Ctrl-C", f.cmd.Args)
+	}
+	if !regexp.MustCompile(`next: --after \d+-\d+`).MatchString(f.stderr.String()) {
+		t.Errorf("%v printed no cursor to resume from on stderr after Ctrl-C: %q", f.cmd.Args, f.stderr.String())
+	}
 }
 
 func (s *tourShell) run(commands []string) ([]string, error) {
@@ -338,7 +450,10 @@ func startDemoTarget(t *testing.T, dir, fail string) string {
 // the PATH — and compares each block's output with the output the README
 // shows. Only the addresses (the README's fixed ports 8080 and 9000 become
 // free ones) and the files' paths are changed; "go install" is the test's
-// build, and "--follow" (a fourth terminal) is not run.
+// build, and the command the README leaves running in a fourth terminal
+// ("--follow") runs in the background: what the README shows it printed is
+// compared with what it printed, and at the end Ctrl-C (SIGINT) must end it
+// with exit 0 and the cursor to resume from on stderr.
 //
 // The tour's outputs must be the README's but for plan ids, times and
 // fencing tokens. The deployctl flows show theirs "trimmed", with relative
@@ -373,6 +488,9 @@ func TestREADMETour(t *testing.T) {
 	if len(tour) < 8 || len(flows) < 7 {
 		t.Fatalf("README: %d shell blocks in the tour and %d in the deployctl flows, want at least 8 and 7", len(tour), len(flows))
 	}
+	if !slices.ContainsFunc(flows, func(s tourStep) bool { return s.followed }) {
+		t.Fatal(`README: the deployctl flows show no "Terminal 4 meanwhile printed" output`)
+	}
 	dir := t.TempDir()
 	demo := startDemoTarget(t, dir, "t-03/verify")
 	buildTool(t, "../deployctl", filepath.Join(dir, "bin", "deployctl"))
@@ -398,15 +516,38 @@ func TestREADMETour(t *testing.T) {
 		}
 		runStep(t, sh, len(tour)+i+1, s, addrs, true)
 	}
+	sh.stopFollow(t)
 }
 
 // runStep runs one block of the README (see TestREADMETour) and fails the
 // test unless its output is the README's.
 func runStep(t *testing.T, sh *tourShell, i int, s tourStep, addrs *strings.Replacer, loose bool) {
 	t.Helper()
+	if s.followed {
+		want := looseNormalize(s.want)
+		var got []string
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(300 * time.Millisecond) {
+			if sh.follow == nil {
+				t.Fatalf("%s, block %d: the README shows what a command left running printed, and none runs", s.heading, i)
+			}
+			got = looseNormalize(strings.Split(strings.TrimRight(sh.follow.out.String(), "\n"), "\n"))
+			if looseMatch(want, got) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if !looseMatch(want, got) {
+			t.Fatalf("%s, block %d: %v\n\nthe README shows:\n%s\n\nit printed:\n%s", s.heading, i, sh.follow.cmd.Args,
+				strings.Join(want, "\n"), strings.Join(got, "\n"))
+		}
+		return
+	}
 	var cmds []string
 	for _, c := range shellCommands(addrs.Replace(s.script)) {
-		if strings.HasPrefix(c, "go install ") || strings.Contains(c, "--follow") {
+		switch {
+		case strings.HasPrefix(c, "go install "):
+			continue // the test built it
+		case strings.Contains(c, "--follow"):
+			sh.startFollow(t, c) // "terminal 4"
 			continue
 		}
 		cmds = append(cmds, c)
