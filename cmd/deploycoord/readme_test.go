@@ -149,8 +149,9 @@ func shellCommands(script string) []string {
 	return out
 }
 
-// readOnly reports whether a tour command only looks (a GET with curl) or
-// waits: what can be run again until the state it shows is reached.
+// readOnly reports whether a command of the README only looks (a GET with
+// curl, a deployctl read) or waits: what can be run again until the state
+// it shows is reached.
 func readOnly(cmd string) bool {
 	switch {
 	case strings.HasPrefix(cmd, "sleep "):
