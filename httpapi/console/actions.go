@@ -320,7 +320,12 @@ func (c *Console) retryTenant(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		msg := fmt.Sprintf("Retry accepted: tenant %s runs %s.", tenantID, strings.Join(res.WouldRun, ", "))
-		if res.Task != nil {
+		switch {
+		case res.Task != nil && res.Task.Status == task.StatusPending:
+			// Shared plans: queued for whichever instance has room.
+			msg = fmt.Sprintf("Retry accepted: tenant %s, attempt %d, queued to run %s: the first instance with room in the plan starts it.",
+				tenantID, res.Task.Attempt, strings.Join(res.WouldRun, ", "))
+		case res.Task != nil:
 			msg = fmt.Sprintf("Retry accepted: tenant %s, attempt %d, runs %s.", tenantID, res.Task.Attempt, strings.Join(res.WouldRun, ", "))
 		}
 		c.done(w, r, back, msg)

@@ -101,6 +101,25 @@ func TestRetryAllMatching(t *testing.T) {
 		mustStatus(t, http.StatusBadRequest, "none selected").mustContain(t, "none selected", "no tenant selected")
 }
 
+// TestTenantRetryQueuedSaysSo: with shared plans (the server's default) a
+// confirmed retry queues the task; the flash says so instead of "runs".
+func TestTenantRetryQueuedSaysSo(t *testing.T) {
+	t.Parallel()
+	b := setup(t, bundleOpts{shared: true})
+	b.target.setFail("t-q", true)
+	b.createPlan(b.coord, "q", "t-q")
+	b.waitTask("t-q", task.StatusFailed)
+	op := b.signedIn(operatorSecret)
+	csrf := op.csrf(b.ui("tenants/t-q"))
+	dry := op.post(b.ui("tenants/t-q/retry"), url.Values{"csrf": {csrf}, "reason": {"fixed"}, "mode": {"checkpoint"}, "expectedAttempt": {"1"}}, nil).
+		mustStatus(t, 200, "dry run")
+	b.target.setFail("t-q", false)
+	op.post(b.ui("tenants/t-q/retry"), confirmForm(t, dry), nil).mustStatus(t, http.StatusSeeOther, "confirm")
+	op.get(b.ui("tenants/t-q")).mustStatus(t, 200, "back").
+		mustContain(t, "back", "Retry accepted: tenant t-q, attempt 2, queued to run verify: the first instance with room in the plan starts it.")
+	b.waitTask("t-q", task.StatusCompleted)
+}
+
 // TestTenantRetryAndLock: a tenant's retry shows the stages it would run
 // before running them; a held lock is released only with the fence seen,
 // after a confirmation; a stale attempt is refused with its code.

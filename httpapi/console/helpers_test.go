@@ -43,6 +43,7 @@ const hostile = `<script>alert("x")</script>`
 type bundle struct {
 	t      testing.TB
 	coord  *facade.Coordinator
+	shared bool
 	srv    *httptest.Server
 	target *target
 	client redis.UniversalClient
@@ -125,6 +126,9 @@ type bundleOpts struct {
 	// realRedis runs on the shared real Redis (skipping without one)
 	// instead of miniredis.
 	realRedis bool
+	// shared: the coordinator shares plans' work (retries are queued), as
+	// cmd/deploycoord's default.
+	shared bool
 }
 
 func setup(t testing.TB, o bundleOpts) *bundle {
@@ -139,6 +143,7 @@ func setup(t testing.TB, o bundleOpts) *bundle {
 		_, client = redistest.Mini(t)
 	}
 	b := &bundle{t: t, client: client, prefix: prefix, target: newTarget(t), base: o.basePath}
+	b.shared = o.shared
 	b.coord = b.newCoordinator("coord-a")
 	var tokens []httpapi.Token
 	if !o.noTokens {
@@ -180,7 +185,7 @@ func (b *bundle) newCoordinator(instance string) *facade.Coordinator {
 		t.Fatal(err)
 	}
 	store := repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), rs)
-	c, err := facade.New(store, locks, facade.Config{Instance: instance, Lease: 5 * time.Second,
+	c, err := facade.New(store, locks, facade.Config{Instance: instance, Lease: 5 * time.Second, SharedPlans: b.shared,
 		Stages: stage.NewRegistry(stage.Options{InlineHTTPHosts: []string{"127.0.0.1"}})})
 	if err != nil {
 		t.Fatal(err)
