@@ -14,7 +14,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -282,29 +281,11 @@ type tourShell struct {
 	follow *followProc
 }
 
-// lockedBuffer is a bytes.Buffer written by a process and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // followProc is a command the README leaves running in a terminal of its
 // own ("deployctl events --follow").
 type followProc struct {
 	cmd         *exec.Cmd
-	out, stderr lockedBuffer
+	out, stderr logSink // written by the process, read by the test
 	done        chan error
 }
 
@@ -395,6 +376,16 @@ func (s *tourShell) run(commands []string) ([]string, error) {
 	return strings.Split(strings.TrimRight(stdout.String(), "\n"), "\n"), nil
 }
 
+// readREADME returns the repository's README.
+func readREADME(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // buildTool builds the command in pkg (a directory) into bin.
 func buildTool(t *testing.T, pkg, bin string) {
 	t.Helper()
@@ -474,15 +465,12 @@ func TestREADMETour(t *testing.T) {
 			t.Skipf("the README's tour needs %s: %v", tool, err)
 		}
 	}
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tour, err := tourSteps(string(readme), "### 1. ")
+	readme := readREADME(t)
+	tour, err := tourSteps(readme, "### 1. ")
 	if err != nil {
 		t.Fatalf("README: %v", err)
 	}
-	flows, err := tourSteps(string(readme), "## The SRE's flows with `deployctl`")
+	flows, err := tourSteps(readme, "## The SRE's flows with `deployctl`")
 	if err != nil {
 		t.Fatalf("README: %v", err)
 	}
@@ -621,11 +609,7 @@ func waitOrphaned(t *testing.T, n *node, tenant string) {
 // <hostname>-<pid>) may be shown as what it becomes.
 func TestREADMEConfigurationTable(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(readme)
+	text := readREADME(t)
 	start := strings.Index(text, "\n## Configuration\n")
 	if start < 0 {
 		t.Fatal(`README: no "## Configuration" section`)
@@ -696,11 +680,7 @@ func TestREADMEConfigurationTable(t *testing.T) {
 // pipeline's three stages.
 func TestREADMEPipelineExample(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(readme)
+	text := readREADME(t)
 	start := strings.Index(text, "\n### Pipelines\n")
 	if start < 0 {
 		t.Fatal(`README: no "### Pipelines" section`)
