@@ -11,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/deploycoord/deploycoord/httpapi"
+	"github.com/deploycoord/deploycoord/internal/docstest"
 )
 
 // docsCall is an HTTP call of a document's shell block.
@@ -32,29 +33,8 @@ var (
 func docsCalls(doc string) []docsCall {
 	vars := strings.NewReplacer("$PLAN", "plan-01M80EY974CD6269H6GG9KXZ9H", "$BULK", "plan-01M887BG10WVJKZ3G8HMMSAVMC",
 		"$HOTFIX", "plan-01M887BG10WVJKZ3G8HMMSAVMC")
-	var (
-		out  []docsCall
-		in   bool
-		line strings.Builder
-	)
-	for _, l := range strings.Split(doc, "\n") {
-		switch {
-		case l == "```sh":
-			in = true
-			continue
-		case in && strings.HasPrefix(l, "```"):
-			in = false
-			continue
-		case !in:
-			continue
-		}
-		if before, ok := strings.CutSuffix(l, `\`); ok {
-			line.WriteString(before)
-			continue
-		}
-		line.WriteString(l)
-		full := line.String()
-		line.Reset()
+	var out []docsCall
+	for _, full := range docstest.ShellLines(doc) {
 		// Each curl of the line, up to the next command.
 		for _, part := range strings.Split(full, "curl ")[1:] {
 			part, _, _ = strings.Cut(part, "| ")

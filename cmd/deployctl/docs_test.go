@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/deploycoord/deploycoord/internal/docstest"
 )
 
 // docsCommands returns every deployctl command of the shell blocks of a
@@ -16,26 +18,8 @@ import (
 // "&", ")" or "#"), continuation lines joined.
 func docsCommands(doc string) []string {
 	var out []string
-	in := false
-	var line strings.Builder
-	for _, l := range strings.Split(doc, "\n") {
-		switch {
-		case l == "```sh":
-			in = true
-			continue
-		case in && strings.HasPrefix(l, "```"):
-			in = false
-			continue
-		case !in:
-			continue
-		}
-		if before, ok := strings.CutSuffix(l, `\`); ok {
-			line.WriteString(before)
-			continue
-		}
-		line.WriteString(l)
-		out = append(out, commandsIn(line.String())...)
-		line.Reset()
+	for _, l := range docstest.ShellLines(doc) {
+		out = append(out, commandsIn(l)...)
 	}
 	return out
 }
