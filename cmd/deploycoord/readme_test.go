@@ -386,6 +386,18 @@ func readREADME(t *testing.T) string {
 	return string(b)
 }
 
+// readmeSection returns the README from the line heading (a whole line)
+// on, starting with the newline before it.
+func readmeSection(t *testing.T, heading string) string {
+	t.Helper()
+	text := readREADME(t)
+	start := strings.Index(text, "\n"+heading+"\n")
+	if start < 0 {
+		t.Fatalf("README: no %q section", heading)
+	}
+	return text[start:]
+}
+
 // buildTool builds the command in pkg (a directory) into bin.
 func buildTool(t *testing.T, pkg, bin string) {
 	t.Helper()
@@ -609,15 +621,11 @@ func waitOrphaned(t *testing.T, n *node, tenant string) {
 // <hostname>-<pid>) may be shown as what it becomes.
 func TestREADMEConfigurationTable(t *testing.T) {
 	t.Parallel()
-	text := readREADME(t)
-	start := strings.Index(text, "\n## Configuration\n")
-	if start < 0 {
-		t.Fatal(`README: no "## Configuration" section`)
-	}
+	section := readmeSection(t, "## Configuration")
 	type row struct{ flag, def string }
 	rows := map[string]row{}
 	code := regexp.MustCompile("`([^`]*)`")
-	for _, l := range strings.Split(text[start:], "\n")[2:] {
+	for _, l := range strings.Split(section, "\n")[2:] {
 		if strings.HasPrefix(l, "## ") || strings.HasPrefix(l, "### ") {
 			break
 		}
@@ -680,12 +688,7 @@ func TestREADMEConfigurationTable(t *testing.T) {
 // pipeline's three stages.
 func TestREADMEPipelineExample(t *testing.T) {
 	t.Parallel()
-	text := readREADME(t)
-	start := strings.Index(text, "\n### Pipelines\n")
-	if start < 0 {
-		t.Fatal(`README: no "### Pipelines" section`)
-	}
-	section := text[start:]
+	section := readmeSection(t, "### Pipelines")
 	yamlAt := strings.Index(section, "```yaml\n")
 	if yamlAt < 0 {
 		t.Fatal("README: no yaml block under Pipelines")

@@ -101,18 +101,27 @@ func TestRetryAllMatching(t *testing.T) {
 		mustStatus(t, http.StatusBadRequest, "none selected").mustContain(t, "none selected", "no tenant selected")
 }
 
+// failedRetryDryRun makes tenant's task fail (a plan of it alone), signs
+// an operator in and asks the console for a retry from the checkpoint at
+// attempt 1: the operator, the CSRF token and the dry run's page.
+func failedRetryDryRun(t *testing.T, b *bundle, tenant string) (*browser, string, page) {
+	t.Helper()
+	b.target.setFail(tenant, true)
+	b.createPlan(b.coord, "p-"+tenant, tenant)
+	b.waitTask(tenant, task.StatusFailed)
+	op := b.signedIn(operatorSecret)
+	csrf := op.csrf(b.ui("tenants/" + tenant))
+	dry := op.post(b.ui("tenants/"+tenant+"/retry"), url.Values{"csrf": {csrf}, "reason": {"fixed"}, "mode": {"checkpoint"}, "expectedAttempt": {"1"}}, nil).
+		mustStatus(t, 200, "dry run")
+	return op, csrf, dry
+}
+
 // TestTenantRetryQueuedSaysSo: with shared plans (the server's default) a
 // confirmed retry queues the task; the flash says so instead of "runs".
 func TestTenantRetryQueuedSaysSo(t *testing.T) {
 	t.Parallel()
 	b := setup(t, bundleOpts{shared: true})
-	b.target.setFail("t-q", true)
-	b.createPlan(b.coord, "q", "t-q")
-	b.waitTask("t-q", task.StatusFailed)
-	op := b.signedIn(operatorSecret)
-	csrf := op.csrf(b.ui("tenants/t-q"))
-	dry := op.post(b.ui("tenants/t-q/retry"), url.Values{"csrf": {csrf}, "reason": {"fixed"}, "mode": {"checkpoint"}, "expectedAttempt": {"1"}}, nil).
-		mustStatus(t, 200, "dry run")
+	op, _, dry := failedRetryDryRun(t, b, "t-q")
 	b.target.setFail("t-q", false)
 	op.post(b.ui("tenants/t-q/retry"), confirmForm(t, dry), nil).mustStatus(t, http.StatusSeeOther, "confirm")
 	op.get(b.ui("tenants/t-q")).mustStatus(t, 200, "back").
@@ -126,13 +135,7 @@ func TestTenantRetryQueuedSaysSo(t *testing.T) {
 func TestTenantRetryAndLock(t *testing.T) {
 	t.Parallel()
 	b := setup(t, bundleOpts{})
-	b.target.setFail("t-x", true)
-	b.createPlan(b.coord, "r", "t-x")
-	b.waitTask("t-x", task.StatusFailed)
-	op := b.signedIn(operatorSecret)
-	csrf := op.csrf(b.ui("tenants/t-x"))
-	dry := op.post(b.ui("tenants/t-x/retry"), url.Values{"csrf": {csrf}, "reason": {"fixed"}, "mode": {"checkpoint"}, "expectedAttempt": {"1"}}, nil).
-		mustStatus(t, 200, "dry run")
+	op, csrf, dry := failedRetryDryRun(t, b, "t-x")
 	dry.mustContain(t, "dry run", "Retry tenant t-x from its checkpoint?", "<strong>verify</strong> — would run").mustNotContain(t, "dry run", "<strong>push</strong>")
 	b.target.setFail("t-x", false)
 	hold := b.target.holdTenant("t-x")
