@@ -131,6 +131,16 @@ func (c *Coordinator) startClaimed(pr *planRun, t *task.Task, acquired func(), l
 			return false, false
 		case errors.As(err, &refused) && refused.Status != task.StatusPending:
 			return false, true // someone else started or cancelled it meanwhile
+		case IsMalformed(err):
+			// A field of the stored record does not decode (a hand edit, a
+			// bug): queued again it would fail the same way. A blind start
+			// learns it from the write's answer — the task is RUNNING with
+			// this claim's lock, which is let go so that a retry takes it
+			// over at once, once the field is fixed (it shows orphaned).
+			c.letGoClaim(t.TenantID, holder, claim)
+			log.Error().Err(err).Msg("task not started: its stored record is malformed; fix the field named, then retry the task " +
+				"(or, if it still shows PENDING, repair the plan's counts, which queues it)")
+			return false, true
 		}
 		// As startTask after a start write that did not land: the task is
 		// PENDING (or, if a lost answer landed and Redis stayed away past
@@ -187,4 +197,16 @@ func (c *Coordinator) writeClaimed(w task.Write, claim tenantlock.Claim) (task.W
 		}
 		delay = min(delay*2, time.Second)
 	}
+}
+
+// letGoClaim releases the lock a start write took with claim (it is the
+// claim's value or already gone; another holder's value is left alone), for
+// a start that landed but cannot run.
+func (c *Coordinator) letGoClaim(tenantID string, h tenantlock.Holder, claim tenantlock.Claim) {
+	lease, err := c.claims.Adopt(tenantID, h, claim)
+	if err != nil { // a bug: the claim is the Locker's own; the lock ends with its lease
+		c.log.Error().Err(err).Str("tenant_id", tenantID).Msg("adopt a claim to release it")
+		return
+	}
+	c.releaseQuietly(lease)
 }

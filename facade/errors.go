@@ -55,6 +55,16 @@ func IsUnavailable(err error) bool {
 	return errors.As(err, &u) && u.Unavailable()
 }
 
+// IsMalformed reports whether err is about a stored record that cannot be
+// read — a field that does not decode, left by a hand edit or a bug: it has
+// a method Malformed() bool that returns true (repository errors do). Its
+// message names the key and the field; the record stays as it is until
+// someone fixes it (docs/operations.md, "A malformed record").
+func IsMalformed(err error) bool {
+	var m interface{ Malformed() bool }
+	return errors.As(err, &m) && m.Malformed()
+}
+
 // wrapf returns an error matching kind whose message is the formatted detail.
 func wrapf(kind error, format string, args ...any) error {
 	return &codedError{kind: kind, msg: fmt.Sprintf(format, args...)}

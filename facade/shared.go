@@ -321,6 +321,11 @@ func (pr *planRun) runClaimed(e plan.QueueEntry) (again bool) {
 		if IsUnavailable(err) {
 			return true
 		}
+		if IsMalformed(err) {
+			pr.log.Error().Err(err).Str("task_id", e.TaskID).Str("tenant_id", e.TenantID).
+				Msg("queued task dropped: its stored record is malformed; fix the field named, then repair the plan's counts, which queues it again")
+			return false
+		}
 		pr.log.Warn().Err(err).Str("task_id", e.TaskID).Msg("queued task unreadable; dropped")
 		return false
 	}

@@ -129,8 +129,10 @@
 // Errors are application/problem+json (RFC 9457) with a stable code. One
 // table (errors.go) maps the facade's sentinel errors to statuses and codes;
 // an error it does not know is answered 500 INTERNAL with a generic detail
-// and logged once with the request id. When the client goes away nothing is
-// answered.
+// and logged once with the request id; a stored record that does not decode
+// (facade.IsMalformed: a hand edit or a bug) is 500 INTERNAL too, logged the
+// same way, with a detail naming its key and field. When the client goes
+// away nothing is answered.
 //
 // Answers that came from memory because Redis was unreachable carry
 // "degraded": true and the header X-Deploycoord-Degraded: true.

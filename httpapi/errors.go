@@ -142,12 +142,14 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p Problem, body any) {
 // Classify returns the status, stable code and detail the API answers err
 // with: the one table of errors.go, for handlers of Config.Mounts that
 // answer in another form (the web console's pages). known is false for an
-// error nobody expected, answered 500 INTERNAL with a generic detail: log
-// it.
+// error to log: one nobody expected, answered 500 INTERNAL with a generic
+// detail, or a stored record that does not decode (facade.IsMalformed),
+// answered 500 INTERNAL with a detail naming its key and field.
 func Classify(err error) (status int, code, detail string, known bool) { return classify(err) }
 
 // classify returns the status, code and detail answering err. Unknown errors
-// get a generic detail; known is false for them so the caller logs them.
+// get a generic detail; known is false for them, and for a malformed stored
+// record, so the caller logs them.
 func classify(err error) (status int, code, detail string, known bool) {
 	var in *inputError
 	if errors.As(err, &in) {
@@ -168,8 +170,17 @@ func classify(err error) (status int, code, detail string, known bool) {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return http.StatusServiceUnavailable, CodeUnavailable, "the request timed out", true
 	}
+	if facade.IsMalformed(err) {
+		// Not a bug of the request: a stored record that someone must fix.
+		// The detail names its key and field (as the log does), so that the
+		// operator who asked finds it without the server's log.
+		return http.StatusInternalServerError, CodeInternal, err.Error() + malformedHint, false
+	}
 	return http.StatusInternalServerError, CodeInternal, "internal error; the server logged it under the request id", false
 }
+
+// malformedHint ends the detail of a malformed stored record.
+const malformedHint = ` (a stored record that does not decode: fix or delete the field named, see the runbook's "A malformed record")`
 
 // writeError answers err: a problem per the error table, nothing when the
 // client is gone, 500 INTERNAL (logged once, with the request id) for an

@@ -86,6 +86,35 @@ func TestUnknownErrorInternal(t *testing.T) {
 	}
 }
 
+// malformedErr is how repository errors say a stored record does not decode.
+type malformedErr struct{}
+
+func (malformedErr) Error() string   { return "repository: malformed record" }
+func (malformedErr) Malformed() bool { return true }
+
+// TestMalformedRecordInternal: a stored record that does not decode is 500
+// INTERNAL, logged once with the request id like any unexpected error, but
+// its detail names the key and the field to fix (not the generic detail):
+// the operator who asked learns what to fix without the server's log.
+func TestMalformedRecordInternal(t *testing.T) {
+	t.Parallel()
+	const what = `read tenant t-001: repository: malformed record: dc:task:{t-001}:task-01J field params = "{not json": invalid character`
+	svc := newFake()
+	svc.Err = fmt.Errorf("read tenant t-001: %w", fmt.Errorf("%w: dc:task:{t-001}:task-01J field params = \"{not json\": invalid character", malformedErr{}))
+	h, logs := newAPI(t, svc, httpapi.Config{})
+	p := serve(t, h, request{method: "GET", path: "/v1/tenants/t-001/task"}).problem(t, 500, httpapi.CodeInternal)
+	if !strings.HasPrefix(p.Detail, what) || !strings.Contains(p.Detail, "A malformed record") {
+		t.Errorf("detail = %q; want it to start %q and point at the runbook", p.Detail, what)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "field params"); n != 1 || !strings.Contains(out, `"request_id":"`+p.RequestID+`"`) {
+		t.Errorf("the error is logged %d times (want once, with the request id): %s", n, out)
+	}
+	if facade.IsMalformed(errBoom) || !facade.IsMalformed(svc.Err) {
+		t.Error("facade.IsMalformed does not tell the malformed record from another error")
+	}
+}
+
 func TestPanicInternal(t *testing.T) {
 	t.Parallel()
 	svc := newFake()

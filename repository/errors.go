@@ -15,9 +15,20 @@ var (
 	// ErrPlanExists is returned by CreatePlan when the plan id is taken.
 	ErrPlanExists = errors.New("repository: plan already exists")
 	// ErrCorrupt is wrapped by errors about a stored record that cannot be
-	// read (a malformed field); the message names the key.
-	ErrCorrupt = errors.New("repository: malformed record")
+	// read (a malformed field); the message names the key. Its method
+	// Malformed returns true (facade.IsMalformed looks for it).
+	ErrCorrupt error = malformedError{}
 )
+
+// malformedError is ErrCorrupt: comparable, so errors.Is matches it, and
+// with a method that facade.IsMalformed finds without importing this
+// package.
+type malformedError struct{}
+
+func (malformedError) Error() string { return "repository: malformed record" }
+
+// Malformed reports true: a stored record could not be read.
+func (malformedError) Malformed() bool { return true }
 
 // UnavailableError reports that Redis could not answer: the connection
 // failed or timed out, the context deadline passed while talking to it, or
