@@ -76,7 +76,7 @@ func (a *app) planCreate(ctx context.Context, fs *flag.FlagSet, args []string) e
 		if !a.json() {
 			fmt.Fprintf(a.stdout, "created plan %s (%s)\n", p.PlanID, cell(p.Name))
 		}
-		return a.watch(ctx, p.PlanID, *interval)
+		return a.watch(ctx, p.PlanID, *interval, nil)
 	}
 	if a.json() {
 		return printJSON(a.stdout, raw)
@@ -249,7 +249,7 @@ func (a *app) planShow(ctx context.Context, fs *flag.FlagSet, args []string) err
 		return usagef("--interval must be positive")
 	}
 	if *watch && a.json() {
-		return a.watch(ctx, id, *interval) // the plan as JSON lines, the first one included
+		return a.watch(ctx, id, *interval, nil) // the plan as JSON lines, the first one included
 	}
 	var p httpapi.Plan
 	raw, err := a.cli.getJSON(ctx, planPath(id), nil, &p)
@@ -263,8 +263,9 @@ func (a *app) planShow(ctx context.Context, fs *flag.FlagSet, args []string) err
 		return err
 	}
 	if *watch {
-		// The plan as shown above, then its progress until it ends.
-		return a.watch(ctx, id, *interval)
+		// The plan as shown above, then its progress until it ends, from
+		// the same read.
+		return a.watch(ctx, id, *interval, &planRead{p: p, raw: raw})
 	}
 	return nil
 }
@@ -273,8 +274,9 @@ func (a *app) planShow(ctx context.Context, fs *flag.FlagSet, args []string) err
 // terminal (table output) it redraws one progress line in place; otherwise
 // it prints a line (or, with -o json, the plan as one JSON line) each time
 // the progress changes. It returns nil when the plan COMPLETED and a
-// *planEndedError when it FAILED or was CANCELLED.
-func (a *app) watch(ctx context.Context, id string, interval time.Duration) error {
+// *planEndedError when it FAILED or was CANCELLED. first, when not nil, is
+// the plan as just read: the first round uses it instead of reading again.
+func (a *app) watch(ctx context.Context, id string, interval time.Duration, first *planRead) error {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	last, failures, drawn := "", 0, false
@@ -290,8 +292,16 @@ func (a *app) watch(ctx context.Context, id string, interval time.Duration) erro
 	}
 	defer endLine()
 	for {
-		var p httpapi.Plan
-		raw, err := a.cli.getJSON(ctx, planPath(id), nil, &p)
+		var (
+			p   httpapi.Plan
+			raw []byte
+			err error
+		)
+		if first != nil {
+			p, raw, first = first.p, first.raw, nil
+		} else {
+			raw, err = a.cli.getJSON(ctx, planPath(id), nil, &p)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil && transient(err) && failures+1 < watchMaxFailures:
 			failures++
@@ -341,6 +351,12 @@ func (a *app) watch(ctx context.Context, id string, interval time.Duration) erro
 		case <-tick.C:
 		}
 	}
+}
+
+// planRead is a plan as read from the API: decoded, and as it came.
+type planRead struct {
+	p   httpapi.Plan
+	raw []byte
 }
 
 // progress is one line of plan progress:

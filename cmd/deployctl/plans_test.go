@@ -159,6 +159,18 @@ func TestPlanWatch(t *testing.T) {
 		}
 		must(t, r, 1, "stderr", "error: plan "+id+" finished FAILED")
 	})
+	t.Run("FinishedPlanReadOnce", func(t *testing.T) {
+		t.Parallel()
+		id := s.create(t, planJSON("read-once", sleepStages, "t-ro"))
+		s.waitPlan(t, id, plan.StatusCompleted)
+		before := len(s.requests("GET", "/v1/plans/"+id))
+		r := s.cli(t, "plan", "show", id, "--watch", "--interval", "20ms")
+		must(t, r, 0, "stdout", "PLAN         "+id, id+" COMPLETED")
+		// The details and the first progress line come from one read.
+		if n := len(s.requests("GET", "/v1/plans/"+id)) - before; n != 1 {
+			t.Fatalf("plan show --watch of a finished plan read it %d times, want 1\n%s", n, r)
+		}
+	})
 	t.Run("TerminalRedrawsInPlace", func(t *testing.T) {
 		t.Parallel()
 		id := s.create(t, planJSON("tty-watch", sleepStages, "t-tty"))
@@ -171,7 +183,7 @@ func TestPlanWatch(t *testing.T) {
 		if err := a.setup(); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.watch(context.Background(), id, 20*time.Millisecond); err != nil {
+		if err := a.watch(context.Background(), id, 20*time.Millisecond, nil); err != nil {
 			t.Fatalf("watch: %v; stderr %s", err, errb.String())
 		}
 		got := out.String()
