@@ -141,11 +141,9 @@ type Coordinator struct {
 	liveAt       time.Time
 	runID        string
 	suspectUntil atomic.Int64
-	// planStatus is the last derived status seen per plan (feed events).
-	planStatus map[string]plan.Status
-	bgStop     chan struct{}
-	bgDone     chan struct{}
-	stopOnce   sync.Once
+	bgStop       chan struct{}
+	bgDone       chan struct{}
+	stopOnce     sync.Once
 }
 
 // New returns a Coordinator over store and locks. L, the locks' own lease
@@ -223,7 +221,7 @@ func New[L Lease](store Store, locks Locker[L], cfg Config) (*Coordinator, error
 		store: store, queue: queue, locks: leases[L]{locks}, claims: claimStarts(store, locks), cfg: cfg, now: cfg.Clock,
 		log:   log.With().Str("component", "facade").Logger(),
 		plans: map[string]*planRun{}, tasks: map[string]*taskRun{},
-		obs: cfg.Observer, started: cfg.Clock().UTC(), planStatus: map[string]plan.Status{},
+		obs: cfg.Observer, started: cfg.Clock().UTC(),
 		bgStop: make(chan struct{}), bgDone: make(chan struct{}),
 	}
 	if bs, ok := store.(blindStore); ok && c.claims != nil {

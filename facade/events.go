@@ -203,50 +203,18 @@ func (c *Coordinator) RecordRefusal(r Refusal) {
 	c.pub.publish(task.FeedEvent{Type: EventOperatorRefused, At: c.now().UTC(), PlanID: r.PlanID, TenantID: r.TenantID, Data: data})
 }
 
-// expectReopen prepares a re-run's write of a task of p, read finished:
-// the write moves p back to RUNNING, and planStatusSeen publishes
-// plan.reopened only for a plan whose finished status it knows — which it
-// forgets once a plan finishes (the map stays bounded). The plan's status
-// as read is recorded for the write; done(false), after a write that did
-// not land, forgets it again.
-func (c *Coordinator) expectReopen(p *plan.Plan) (done func(landed bool)) {
-	if !p.Status.Finished() {
-		return func(bool) {}
-	}
-	c.mu.Lock()
-	_, known := c.planStatus[p.ID]
-	if !known {
-		c.planStatus[p.ID] = p.Status
-	}
-	c.mu.Unlock()
-	return func(landed bool) {
-		if landed || known {
-			return
-		}
-		c.mu.Lock()
-		if c.planStatus[p.ID] == p.Status {
-			delete(c.planStatus, p.ID)
-		}
-		c.mu.Unlock()
-	}
-}
-
-// planStatusSeen publishes plan.completed / plan.failed / plan.reopened /
-// plan.paused when a task write moved the plan's derived status.
-func (c *Coordinator) planStatusSeen(planID string, s plan.Status) {
-	c.mu.Lock()
-	prev, known := c.planStatus[planID]
-	c.planStatus[planID] = s
-	if s.Finished() {
-		delete(c.planStatus, planID)
-	}
-	c.mu.Unlock()
-	if known && prev == s {
+// planStatusChanged publishes plan.completed / plan.failed /
+// plan.reopened / plan.paused after a task write whose counts move changed
+// the plan's status by its derivation (task.WriteResult.PlanStatusChanged):
+// the plan finished, a re-run reopened it, or a failure past maxFailed
+// paused it. The store reports each such change to one write only, so the
+// event is published once across the instances; a status an operator set
+// (pause, resume, cancel) is published by the action itself.
+func (c *Coordinator) planStatusChanged(planID string, res task.WriteResult) {
+	if !res.PlanStatusChanged {
 		return
 	}
-	if !known && s == plan.StatusRunning {
-		return
-	}
+	s := plan.Status(res.PlanStatus)
 	typ := map[plan.Status]string{plan.StatusCompleted: "plan.completed", plan.StatusFailed: "plan.failed",
 		plan.StatusRunning: "plan.reopened", plan.StatusPaused: "plan.paused"}[s]
 	if typ == "" {

@@ -323,16 +323,13 @@ func (c *Coordinator) rerun(ctx context.Context, t *task.Task, p *plan.Plan, sta
 	ev := rs.event
 	ev.Fence = lease.Fence()
 	r.addEvent(ev)
-	reopen := c.expectReopen(p)
 	if err := r.commit(task.Write{PrevStatus: prev, Checkpoint: write, DeleteCheckpoint: rs.deleteCkpt, ClearRequests: true}); err != nil {
-		reopen(false)
 		r.finish()
 		if errors.Is(err, errStoreRefused) {
 			return nil, 0, wrapf(ErrTaskRunning, "task %s of tenant %s was taken by someone else meanwhile", t.ID, t.TenantID)
 		}
 		return nil, 0, translate(err, "task")
 	}
-	reopen(true)
 	c.obs.TaskStarted()
 	return r, from, nil
 }

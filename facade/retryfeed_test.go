@@ -100,3 +100,87 @@ func inOrder(got, want []string) bool {
 	}
 	return i == len(want)
 }
+
+// TestPlanEventsOnce: on two instances sharing a plan, each plan event is
+// on the feed once — an operator's pause is one plan.paused (the action's,
+// with its actor) and a resume one plan.resumed (no plan.reopened), a
+// failure past maxFailed one plan.paused, and the plan's end one
+// plan.completed, whichever instance's write finished it.
+func TestPlanEventsOnce(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		other := b.second("coord-b")
+		ctx := context.Background()
+		s := spec([]task.StageSpec{gateStage("one"), noopStage("two")}, "po-1", "po-2", "po-3", "po-4")
+		s.MaxConcurrency = 2
+		v := b.create(s)
+		b.gates.wait(t, "po-1", "one")
+		if _, err := other.PausePlan(ctx, v.ID, "INC-5 hold", anyone); err != nil {
+			t.Fatal(err)
+		}
+		b.gates.openAll()
+		b.waitPlan(b.coord, v.ID, plan.StatusPaused)
+		eventually(t, 10*time.Second, func() error {
+			pv, err := b.coord.Plan(ctx, v.ID)
+			if err != nil {
+				return err
+			}
+			if pv.Counts[task.StatusRunning] != 0 {
+				return fmt.Errorf("counts %v", pv.Counts)
+			}
+			return nil
+		})
+		if _, err := b.coord.ResumePlan(ctx, v.ID, facade.ResumeOptions{Reason: "INC-5 go on"}, anyone); err != nil {
+			t.Fatal(err)
+		}
+		b.waitPlan(other, v.ID, plan.StatusCompleted)
+
+		// A second plan paused by its second failure, one being allowed.
+		b.target.script("pf-1", "deploy", 500)
+		b.target.script("pf-2", "deploy", 500)
+		f := spec([]task.StageSpec{b.httpStage("deploy", task.RetryPolicy{})}, "pf-1", "pf-2", "pf-3")
+		f.MaxConcurrency, f.FailureThreshold = 1, &plan.FailureThreshold{MaxFailed: 1}
+		fv := b.create(f)
+		b.waitPlan(other, fv.ID, plan.StatusPaused)
+
+		count := func(planID string) map[string]int {
+			n := map[string]int{}
+			eventually(t, 5*time.Second, func() error {
+				evs, _, err := b.coord.Events(ctx, task.FeedFilter{PlanID: planID, Limit: 100}, 0)
+				if err != nil {
+					return err
+				}
+				clear(n)
+				for _, ev := range evs {
+					if strings.HasPrefix(ev.Type, "plan.") {
+						n[ev.Type]++
+					}
+				}
+				if n["plan.completed"]+n["plan.paused"] == 0 {
+					return fmt.Errorf("plan events %v", n)
+				}
+				return nil
+			})
+			time.Sleep(200 * time.Millisecond) // a duplicate would be flushed by now
+			evs, _, err := b.coord.Events(ctx, task.FeedFilter{PlanID: planID, Limit: 100}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clear(n)
+			for _, ev := range evs {
+				if strings.HasPrefix(ev.Type, "plan.") {
+					n[ev.Type]++
+				}
+			}
+			return n
+		}
+		want := map[string]int{"plan.created": 1, "plan.started": 1, "plan.paused": 1, "plan.resumed": 1, "plan.completed": 1}
+		if got := count(v.ID); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("plan events of the paused and resumed plan: %v, want %v", got, want)
+		}
+		want = map[string]int{"plan.created": 1, "plan.started": 1, "plan.paused": 1}
+		if got := count(fv.ID); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("plan events of the plan paused by its failures: %v, want %v", got, want)
+		}
+	})
+}

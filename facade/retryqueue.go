@@ -76,12 +76,10 @@ func (c *Coordinator) queueRerun(ctx context.Context, t *task.Task, p *plan.Plan
 	ev.Data["queued"] = true
 	w := task.Write{Task: fresh, PrevStatus: prev, ExpectSeq: fresh.Seq, Guard: guardOf(lease), Checkpoint: write,
 		DeleteCheckpoint: rs.deleteCkpt, Events: []task.Event{ev}, ClearRequests: true, ReleaseLock: true, ID: task.NewWriteID()}
-	reopen := c.expectReopen(p)
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.WriteTimeout)
 	res, err := c.store.WriteTask(wctx, w)
 	cancel()
 	if err != nil {
-		reopen(false)
 		c.releaseQuietly(lease)
 		var refused *task.RefusedError
 		if errors.As(err, &refused) {
@@ -94,10 +92,9 @@ func (c *Coordinator) queueRerun(ctx context.Context, t *task.Task, p *plan.Plan
 	// On the feed as a run's writes are: the timeline entry, and the plan
 	// going back to RUNNING if it had finished.
 	c.publishWrite(fresh, prev, w.Events)
-	reopen(true)
+	c.planStatusChanged(p.ID, res)
 	if res.PlanStatus != "" {
 		p.Status = plan.Status(res.PlanStatus)
-		c.planStatusSeen(p.ID, p.Status)
 	}
 	if err := c.queueWork(ctx, p, stages, []planItem{{t: fresh, mode: itemStart}}); err != nil {
 		// The task is PENDING and not queued: the plan's repair (resume,

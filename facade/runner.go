@@ -542,9 +542,7 @@ func (r *taskRun) applied(w task.Write, res task.WriteResult) {
 	if r.pr != nil && res.PlanStatus != "" {
 		r.pr.observe(plan.Status(res.PlanStatus))
 	}
-	if res.PlanStatus != "" {
-		r.c.planStatusSeen(r.t.PlanID, plan.Status(res.PlanStatus))
-	}
+	r.c.planStatusChanged(r.t.PlanID, res)
 }
 
 // finalWrite moves the task to a final or paused status and releases the

@@ -99,8 +99,10 @@ func (m *Memory) applyLocked(mt *memTask, nt *task.Task, w task.Write, ckpt stri
 			}
 			mp.counts[nt.Status]++
 		}
+		before := mp.p.Status
 		m.derive(mp, old, nt.Status)
 		res.PlanStatus = string(mp.p.Status)
+		res.PlanStatusChanged = mp.p.Status != before
 		m.dropPlanIfFinished(mp)
 	}
 	m.dropTaskIfFinished(nt)

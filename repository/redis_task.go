@@ -247,7 +247,7 @@ func (r *Redis) sendWrite(ctx context.Context, op string, tw *EncodedWrite, req 
 		} else {
 			refused = refusal(t.ID, v)
 		}
-		if req.mKeys != nil && req.mvErr == nil && len(req.mv) > 1 && replyInt(req.mv[1]) == 1 {
+		if req.mKeys != nil && req.mvErr == nil && len(req.mv) > 1 && replyInt(req.mv[1]) >= 1 {
 			if err := r.correctCounts(ctx, tk, pk, t.PlanID, t.ID, writeID); err != nil {
 				return task.WriteResult{}, errors.Join(refused, err)
 			}
@@ -267,8 +267,9 @@ func (r *Redis) sendWrite(ctx context.Context, op string, tw *EncodedWrite, req 
 		if req.mvErr != nil {
 			return res, fmt.Errorf("%s: written, but the plan counts did not move (RepairCounts fixes them): %w", op, wrapErr(ctx, op, req.mvErr))
 		}
-		if len(req.mv) > 0 {
+		if len(req.mv) > 1 {
 			res.PlanStatus = replyStr(req.mv[0])
+			res.PlanStatusChanged = replyInt(req.mv[1]) == 2
 		}
 	}
 	return res, nil

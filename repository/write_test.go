@@ -343,12 +343,21 @@ func TestPlanStatusDerived(t *testing.T) {
 		// All complete → COMPLETED.
 		fx := createPlan(t, e, 3, 0)
 		var last task.WriteResult
+		// Only the write whose move changed the plan's status says so
+		// (PlanStatusChanged: the feed's plan events are published once).
+		changed := func(step string, res task.WriteResult, want bool) {
+			t.Helper()
+			if res.PlanStatusChanged != want {
+				t.Fatalf("%s: PlanStatusChanged %v (plan status %q), want %v", step, res.PlanStatusChanged, res.PlanStatus, want)
+			}
+		}
 		for i, tk := range fx.tasks {
 			r := start(t, e, tk, int64(i+1))
 			checkCounts(t, e, fx.plan.ID)
 			e.clock.Add(time.Second)
 			last = r.complete()
 			checkCounts(t, e, fx.plan.ID)
+			changed(fmt.Sprintf("task %d completed", i), last, i == len(fx.tasks)-1)
 		}
 		p := planStatus(fx.plan.ID)
 		if last.PlanStatus != string(plan.StatusCompleted) || p.Status != plan.StatusCompleted || p.Reason != "" || !p.FinishedAt.Equal(e.clock.Now()) {
@@ -371,6 +380,7 @@ func TestPlanStatusDerived(t *testing.T) {
 		if last.PlanStatus != string(plan.StatusFailed) || p.Status != plan.StatusFailed || p.Reason != "1 of 3 tasks did not complete" {
 			t.Fatalf("one failed: result %q, plan %+v", last.PlanStatus, p)
 		}
+		changed("the last task finished, one failed", last, true)
 		e.clock.Add(time.Minute)
 		retry := &runner{t: t, e: e, tk: failed.tk.Clone(), guard: task.Guard{LockValue: "retry", Fence: 10}}
 		e.setLock(retry.tk.TenantID, "retry")
@@ -382,17 +392,20 @@ func TestPlanStatusDerived(t *testing.T) {
 		if res.PlanStatus != string(plan.StatusRunning) || p.Status != plan.StatusRunning || !p.FinishedAt.IsZero() {
 			t.Fatalf("retry: result %q, plan %+v", res.PlanStatus, p)
 		}
+		changed("retry reopened the plan", res, true)
 		checkCounts(t, e, fx.plan.ID)
 		res = retry.complete()
 		if p = planStatus(fx.plan.ID); res.PlanStatus != string(plan.StatusCompleted) || p.Status != plan.StatusCompleted {
 			t.Fatalf("retried task completed: result %q, plan %+v", res.PlanStatus, p)
 		}
+		changed("retried task completed", res, true)
 		checkCounts(t, e, fx.plan.ID)
 
 		// Failure threshold: more than 1 of 4 failed → PAUSED.
 		fx = createPlan(t, e, 4, 1)
 		for i := 0; i < 2; i++ {
 			last = start(t, e, fx.tasks[i], 1).fail("boom")
+			changed(fmt.Sprintf("failure %d of 1 allowed", i+1), last, i == 1)
 		}
 		p = planStatus(fx.plan.ID)
 		if last.PlanStatus != string(plan.StatusPaused) || p.Status != plan.StatusPaused || p.Reason != plan.ReasonFailureThreshold {

@@ -119,6 +119,12 @@ type WriteResult struct {
 	// PlanStatus is the plan's status after its counts moved (a plan.Status
 	// value), or "" when the counts did not move.
 	PlanStatus string
+	// PlanStatusChanged reports that this write's counts move changed the
+	// plan's status by its derivation (plan.Derive: the plan finished, a
+	// re-run reopened it, or a failure paused it past maxFailed). Exactly
+	// one write sees each such change, whichever instance sent it; a
+	// status set by an operator (pause, resume, cancel) is never one.
+	PlanStatusChanged bool
 }
 
 // ErrWriteRefused is matched by every *RefusedError.

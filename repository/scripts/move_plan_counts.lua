@@ -52,12 +52,14 @@
 -- ARGV[10] -> reason of a pause by the failure threshold
 -- ARGV[11] -> now in Unix microseconds: the index score of every move
 -- ARGV[12 ..] -> more moves, 7 arguments each as ARGV[1..7]
--- Returns {plan status, 1 if the update applied else 0}, and as many more
+-- Returns {plan status, 1 if the update applied else 0 (2: applied, and it
+-- changed the plan's status — or a write sent again whose first sending
+-- did: the plan record's "statusWrite" is its write id)}, and as many more
 -- pairs as moves; plan status is "" when the plan record is missing (nothing
 -- is written then). A task without a ledger entry is not counted in this
 -- plan (RepairCounts restores entries): nothing moves.
 
-local p = redis.call('HMGET', KEYS[2], 'status', 'totalTasks', 'maxFailed', 'ttlAt')
+local p = redis.call('HMGET', KEYS[2], 'status', 'totalTasks', 'maxFailed', 'ttlAt', 'statusWrite')
 local moves = 1 + (#ARGV - 11) / 7
 local sets, score = status_sets(4), ARGV[11]
 local out = {}
@@ -193,14 +195,20 @@ local function flush_index()
 end
 
 -- move applies one task's move (its 7 arguments from ARGV[base+1]) and
--- returns the plan status and 1 if it applied.
+-- returns the plan status and 1 if it applied — 2 when it applied and the
+-- derivation changed the plan's status (finished, reopened, or paused by
+-- the failure threshold): exactly one move sees each such change.
 local function move(base, field)
   local cur = p[1]
   local id, new, owner, tenant = ARGV[base + 1], ARGV[base + 2], ARGV[base + 6], ARGV[base + 7]
   local old = ledger[field]
   local seq, fence = tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4])
   if not (old and (seq > old.seq or (seq == old.seq and fence > old.fence))) then
-    -- Nothing moved, so the plan's status has no reason to change.
+    -- Nothing moved, so the plan's status has no reason to change. A write
+    -- sent again after its answer was lost finds its own ledger entry: if
+    -- its first sending changed the plan's status, it says so again (2),
+    -- since nobody saw the first answer.
+    if old and old.write_id == ARGV[base + 5] and p[5] == ARGV[base + 5] then return cur, 2 end
     return cur, 0
   end
   local count, left
@@ -228,6 +236,12 @@ local function move(base, field)
   end
   flush_counts()
   p[1] = derive_plan(KEYS[1], KEYS[2], ARGV[8], ARGV[10], old.status, new, p)
+  if p[1] ~= cur then
+    -- The write that changed it, for a replay of that write (above).
+    p[5] = ARGV[base + 5]
+    redis.call('HSET', KEYS[2], 'statusWrite', p[5])
+    return p[1], 2
+  end
   return p[1], 1
 end
 
@@ -236,7 +250,7 @@ for i = 1, moves do
   local status, ok = move(base_of(i), fields[i])
   out[#out + 1] = status
   out[#out + 1] = ok
-  applied = applied or ok == 1
+  applied = applied or ok >= 1
 end
 flush_counts()
 flush_index()
