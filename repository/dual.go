@@ -31,6 +31,16 @@ type DualConfig struct {
 	// Redis answers. Without it (several instances), such a write fails and
 	// is mirrored into memory as pending, for the caller to retry.
 	SingleInstance bool
+	// SharedWork: other instances run the tasks of the plans this one
+	// created (shared plans, several instances). Memory then knows a plan's
+	// progress only from this instance's own writes, and a created task
+	// only as created: while Redis is unreachable, reads of plans (a plan,
+	// the plan list, counts) are not answered from memory, and reads of
+	// tasks (a task, its timeline, a plan's tasks, a tenant's history, the
+	// search) only with the tasks this instance has written (its start or
+	// a later write) — the others get the Redis error, as on an instance
+	// that never held them, rather than a stale answer.
+	SharedWork bool
 	// ProbeInterval is how often the flusher pings Redis while writes are
 	// queued (default ProbeIntervalDefault).
 	ProbeInterval time.Duration
@@ -175,6 +185,52 @@ func fallback[T any](d *Dual, v T, err error, mem func() (T, error)) (T, error) 
 	return mv, merr
 }
 
+// errNotHeld answers a degraded read that memory may not answer with
+// SharedWork (a not-found error: the caller returns the Redis error).
+var errNotHeld = fmt.Errorf("%w: not held in memory with shared work", task.ErrNotFound)
+
+// memPlans returns fromMem, or a function answering errNotHeld with
+// SharedWork (see DualConfig.SharedWork).
+func memPlans[T any](d *Dual, fromMem func() (T, error)) func() (T, error) {
+	if !d.cfg.SharedWork {
+		return fromMem
+	}
+	return func() (T, error) {
+		var zero T
+		return zero, errNotHeld
+	}
+}
+
+// writtenHere reports whether memory's copy of t may answer a degraded
+// read: always, but with SharedWork only a task this instance has written
+// (a created copy has seq 0; another instance may have run it since).
+func (d *Dual) writtenHere(t *task.Task) bool { return !d.cfg.SharedWork || t.Seq > 0 }
+
+// memTasks returns fromMem keeping only the tasks writtenHere; errNotHeld
+// when none is left of a list that had some (a degraded list is partial,
+// never empty: see Dual).
+func memTasks(d *Dual, fromMem func() ([]*task.Task, error)) func() ([]*task.Task, error) {
+	if !d.cfg.SharedWork {
+		return fromMem
+	}
+	return func() ([]*task.Task, error) {
+		ts, err := fromMem()
+		if err != nil || len(ts) == 0 {
+			return ts, err
+		}
+		kept := ts[:0:0]
+		for _, t := range ts {
+			if d.writtenHere(t) {
+				kept = append(kept, t)
+			}
+		}
+		if len(kept) == 0 {
+			return nil, errNotHeld
+		}
+		return kept, nil
+	}
+}
+
 // queued reports whether writes wait to be written back: memory holds the
 // newest state.
 func (d *Dual) queued() bool { return d.cfg.SingleInstance && d.Pending() > 0 }
@@ -273,10 +329,10 @@ func (d *Dual) Plan(ctx context.Context, planID string) (*plan.Plan, plan.Counts
 	v, err := read(d, func() (planAndCounts, error) {
 		p, c, err := d.r.Plan(ctx, planID)
 		return planAndCounts{p, c}, err
-	}, func() (planAndCounts, error) {
+	}, memPlans(d, func() (planAndCounts, error) {
 		p, c, err := d.mem.Plan(ctx, planID)
 		return planAndCounts{p, c}, err
-	})
+	}))
 	return v.p, v.c, err
 }
 
@@ -290,10 +346,10 @@ func (d *Dual) Plans(ctx context.Context, f plan.ListFilter) ([]*plan.Plan, stri
 	v, err := read(d, func() (page[*plan.Plan], error) {
 		ps, next, err := d.r.Plans(ctx, f)
 		return page[*plan.Plan]{ps, next}, err
-	}, func() (page[*plan.Plan], error) {
+	}, memPlans(d, func() (page[*plan.Plan], error) {
 		ps, next, err := d.mem.Plans(ctx, f)
 		return page[*plan.Plan]{ps, next}, err
-	})
+	}))
 	return v.items, v.next, err
 }
 
@@ -303,7 +359,11 @@ func (d *Dual) PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) 
 		ts, next, err := d.r.PlanTasks(ctx, planID, f)
 		return page[*task.Task]{ts, next}, err
 	}, func() (page[*task.Task], error) {
-		ts, next, err := d.mem.PlanTasks(ctx, planID, f)
+		var next string
+		ts, err := memTasks(d, func() (ts []*task.Task, err error) {
+			ts, next, err = d.mem.PlanTasks(ctx, planID, f)
+			return ts, err
+		})()
 		return page[*task.Task]{ts, next}, err
 	})
 	return v.items, v.next, err
@@ -327,9 +387,9 @@ func (d *Dual) RepairCounts(ctx context.Context, planID string) (plan.Counts, er
 func (d *Dual) RunningByOwner(ctx context.Context, planID string, owners []string) (map[string]int, error) {
 	return read(d, func() (map[string]int, error) {
 		return d.r.RunningByOwner(ctx, planID, owners)
-	}, func() (map[string]int, error) {
+	}, memPlans(d, func() (map[string]int, error) {
 		return d.mem.RunningByOwner(ctx, planID, owners)
-	})
+	}))
 }
 
 // ---- tasks -----------------------------------------------------------------
@@ -474,6 +534,9 @@ func (d *Dual) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, *
 		return taskAndCheckpoint{t, c}, err
 	}, func() (taskAndCheckpoint, error) {
 		t, c, err := d.mem.TaskByTenant(ctx, tenantID)
+		if err == nil && !d.writtenHere(t) {
+			return taskAndCheckpoint{}, errNotHeld
+		}
 		return taskAndCheckpoint{t, c}, err
 	})
 	return v.t, v.c, err
@@ -486,6 +549,9 @@ func (d *Dual) Task(ctx context.Context, taskID string) (*task.Task, *checkpoint
 		return taskAndCheckpoint{t, c}, err
 	}, func() (taskAndCheckpoint, error) {
 		t, c, err := d.mem.Task(ctx, taskID)
+		if err == nil && !d.writtenHere(t) {
+			return taskAndCheckpoint{}, errNotHeld
+		}
 		return taskAndCheckpoint{t, c}, err
 	})
 	return v.t, v.c, err
@@ -510,6 +576,11 @@ func (d *Dual) TasksByTenant(ctx context.Context, tenantIDs []string) (map[strin
 		if mts == nil {
 			if mts, mcs, err = d.mem.TasksByTenant(ctx, tenantIDs); err != nil {
 				return nil, nil, err
+			}
+		}
+		for tenant, t := range mts {
+			if !d.writtenHere(t) {
+				delete(mts, tenant)
 			}
 		}
 		// Memory holds only this instance's unfinished work: a tenant it
@@ -547,9 +618,9 @@ func missingTenants(ts map[string]*task.Task, ids []string) int {
 func (d *Dual) TenantHistory(ctx context.Context, tenantID string, limit int) ([]*task.Task, error) {
 	return read(d, func() ([]*task.Task, error) {
 		return d.r.TenantHistory(ctx, tenantID, limit)
-	}, func() ([]*task.Task, error) {
+	}, memTasks(d, func() ([]*task.Task, error) {
 		return d.mem.TenantHistory(ctx, tenantID, limit)
-	})
+	}))
 }
 
 // Timeline reads Redis, or memory (see Dual).
@@ -557,6 +628,9 @@ func (d *Dual) Timeline(ctx context.Context, tenantID, taskID string, limit int)
 	return read(d, func() ([]task.Event, error) {
 		return d.r.Timeline(ctx, tenantID, taskID, limit)
 	}, func() ([]task.Event, error) {
+		if t, _, err := d.mem.Task(ctx, taskID); err == nil && !d.writtenHere(t) {
+			return nil, errNotHeld
+		}
 		return d.mem.Timeline(ctx, tenantID, taskID, limit)
 	})
 }

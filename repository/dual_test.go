@@ -172,3 +172,82 @@ func TestMemoryKeepsFinishedWithoutDropFinished(t *testing.T) {
 		t.Fatalf("completed plan: %+v, %v", p, err)
 	}
 }
+
+// TestDualSharedWorkAnswersOnlyItsOwnWrites: the instance that created a
+// shared plan holds its tasks as created; another instance (here the Redis
+// store itself) runs one of them to COMPLETED and leaves another PENDING.
+// With Redis down, the creator's memory must not answer the one it never
+// wrote as PENDING, nor the plan's progress from the moves it saw: those
+// reads fail as unavailable, as on an instance that never held them. The
+// task it runs itself is still answered from memory, and lists of tasks
+// hold it alone. (Found by running the
+// runbook: the creator answered a COMPLETED task as PENDING, attempt 0, and
+// a finished plan as RUNNING, marked degraded.)
+func TestDualSharedWorkAnswersOnlyItsOwnWrites(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := outageClient(t, srv)
+	re := newRedisEnv(t, c, "x:", Config{})
+	d := NewDual(NewMemory(MemoryConfig{Clock: re.clock.Now, DropFinished: true}), re.redis, DualConfig{SharedWork: true})
+	e := *re
+	e.store = d
+	ctx := ctxT(t)
+
+	fx := createPlan(t, &e, 3, 0)
+	mine := start(t, &e, fx.tasks[0], 1)                             // run here, through the Dual
+	start(t, re, fx.tasks[1], 1).complete()                          // run by another instance
+	if _, _, err := d.TaskByTenant(ctx, tenantName(2)); err != nil { // PENDING, read while Redis is up
+		t.Fatal(err)
+	}
+
+	srv.Kill()
+	if got, _, err := d.TaskByTenant(ctx, tenantName(0)); err != nil || got.ID != mine.tk.ID || got.Status != task.StatusRunning {
+		t.Fatalf("its own running task with Redis down: %+v, %v; want it from memory", got, err)
+	}
+	for i := 1; i <= 2; i++ {
+		if got, _, err := d.TaskByTenant(ctx, tenantName(i)); !IsUnavailable(err) {
+			t.Errorf("task %d, never written here, with Redis down: %+v, %v; want unavailable", i, got, err)
+		}
+		if got, _, err := d.Task(ctx, fx.tasks[i].ID); !IsUnavailable(err) {
+			t.Errorf("task %d by id: %+v, %v; want unavailable", i, got, err)
+		}
+		if evs, err := d.Timeline(ctx, tenantName(i), fx.tasks[i].ID, 0); !IsUnavailable(err) {
+			t.Errorf("timeline of task %d: %v, %v; want unavailable", i, evs, err)
+		}
+	}
+	if _, _, err := d.TasksByTenant(ctx, []string{tenantName(0), tenantName(2)}); !IsUnavailable(err) {
+		t.Errorf("tasks by tenant with one never written here: %v; want unavailable", err)
+	}
+	if ts, _, err := d.TasksByTenant(ctx, []string{tenantName(0)}); err != nil || ts[tenantName(0)] == nil {
+		t.Errorf("tasks by tenant, its own only: %v, %v", ts, err)
+	}
+	if p, counts, err := d.Plan(ctx, fx.plan.ID); !IsUnavailable(err) {
+		t.Errorf("plan with Redis down: %+v %v, %v; want unavailable (its counts moved elsewhere too)", p, counts, err)
+	}
+	// Lists of tasks keep the ones written here (partial, as degraded
+	// lists are), and fail when none is left.
+	only := func(what string, ts []*task.Task, err error) {
+		t.Helper()
+		if err != nil || len(ts) != 1 || ts[0].ID != mine.tk.ID {
+			t.Errorf("%s with Redis down: %d tasks, %v; want only its own task", what, len(ts), err)
+		}
+	}
+	ts, _, err := d.PlanTasks(ctx, fx.plan.ID, plan.TaskFilter{})
+	only("plan tasks", ts, err)
+	ts, _, err = d.SearchTasks(ctx, plan.TaskSearch{})
+	only("search", ts, err)
+	ts, err = d.TenantHistory(ctx, tenantName(0), 10)
+	only("its tenant's history", ts, err)
+	if _, err := d.TenantHistory(ctx, tenantName(2), 10); !IsUnavailable(err) {
+		t.Errorf("history of a tenant it never wrote a task of: %v; want unavailable", err)
+	}
+	if _, _, err := d.PlanTasks(ctx, fx.plan.ID, plan.TaskFilter{Status: task.StatusPending}); !IsUnavailable(err) {
+		t.Errorf("plan tasks PENDING (none written here) with Redis down: %v; want unavailable", err)
+	}
+	if _, _, err := d.Plans(ctx, plan.ListFilter{}); !IsUnavailable(err) {
+		t.Errorf("plans with Redis down: %v; want unavailable", err)
+	}
+	if _, err := d.PlanCounts(ctx, []string{fx.plan.ID}); !IsUnavailable(err) {
+		t.Errorf("plan counts with Redis down: %v; want unavailable", err)
+	}
+}

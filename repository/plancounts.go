@@ -87,9 +87,9 @@ func (m *Memory) PlanCounts(ctx context.Context, planIDs []string) (map[string]p
 func (d *Dual) PlanCounts(ctx context.Context, planIDs []string) (map[string]plan.Counts, error) {
 	return read(d, func() (map[string]plan.Counts, error) {
 		return d.r.PlanCounts(ctx, planIDs)
-	}, func() (map[string]plan.Counts, error) {
+	}, memPlans(d, func() (map[string]plan.Counts, error) {
 		return d.mem.PlanCounts(ctx, planIDs)
-	})
+	}))
 }
 
 func checkPlanCountIDs(ids []string) error {
