@@ -539,12 +539,15 @@ func (c *Coordinator) logPlanAction(p *plan.Plan, msg, reason string, a Actor) {
 		Str("request_id", a.RequestID).Str("reason", reason).Msg(msg)
 }
 
-// Shutdown stops taking work and lets running stages finish until ctx ends
-// (the grace period). Tasks then still running are interrupted and left
-// PAUSED with reason "instance shutdown", their locks released, and plans
-// this instance was running are paused, so a person can resume them on any
-// instance. Nothing restarts by itself.
-func (c *Coordinator) Shutdown(ctx context.Context) error {
+// BeginShutdown is Shutdown's first step, at once: the instance takes no new
+// work — no claim, no task start, no plan created, retried or resumed here
+// (ErrShuttingDown) — while running stages go on. cmd/deploycoord calls it
+// on SIGTERM before it drains its HTTP connections, then Shutdown. Safe to
+// call more than once.
+func (c *Coordinator) BeginShutdown() { c.beginShutdown() }
+
+// beginShutdown is BeginShutdown; it returns the plan runs it stopped.
+func (c *Coordinator) beginShutdown() []*planRun {
 	c.mu.Lock()
 	c.closing.Store(true)
 	plans := make([]*planRun, 0, len(c.plans))
@@ -555,6 +558,16 @@ func (c *Coordinator) Shutdown(ctx context.Context) error {
 	for _, pr := range plans {
 		pr.stop()
 	}
+	return plans
+}
+
+// Shutdown stops taking work and lets running stages finish until ctx ends
+// (the grace period). Tasks then still running are interrupted and left
+// PAUSED with reason "instance shutdown", their locks released, and plans
+// this instance was running are paused, so a person can resume them on any
+// instance. Nothing restarts by itself.
+func (c *Coordinator) Shutdown(ctx context.Context) error {
+	plans := c.beginShutdown()
 	done := make(chan struct{})
 	go func() { c.runs.Wait(); close(done) }()
 	var err error

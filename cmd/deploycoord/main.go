@@ -90,6 +90,9 @@ type Main struct {
 	stdout, stderr io.Writer
 	mini           *miniredis.Miniredis
 	stopMini       chan struct{}
+	// closeOnce makes Close safe to call again (its first answer).
+	closeOnce sync.Once
+	closeErr  error
 	// client is a *redis.Client (a URL, the embedded Redis, or Sentinel's
 	// failover client) or a *redis.ClusterClient; redisAddr names it in
 	// logs (no credentials), redisPool is its pool size (per node on a
@@ -559,11 +562,29 @@ func (m *Main) tickMini() {
 // shutdown.
 const httpShutdownTimeout = 5 * time.Second
 
+// shutdownMoment is the least the coordinator's shutdown is given after the
+// HTTP drain, the grace spent or not.
+const shutdownMoment = 100 * time.Millisecond
+
 // Close stops taking requests and work, lets running stages finish within
 // the shutdown grace period, leaves unfinished tasks PAUSED and their locks
-// released, then closes the connections.
+// released, then closes the connections. Calls after the first return its
+// answer.
 func (m *Main) Close() error {
+	m.closeOnce.Do(func() { m.closeErr = m.close() })
+	return m.closeErr
+}
+
+func (m *Main) close() error {
 	var errs []error
+	// The grace period runs from the signal, and the instance stops taking
+	// work at once: draining the HTTP connections below may take up to
+	// httpShutdownTimeout, during which it would otherwise claim and start
+	// tasks of shared plans.
+	graceEnds := time.Now().Add(m.Config.ShutdownGrace)
+	if m.coord != nil {
+		m.coord.BeginShutdown()
+	}
 	if m.server != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
 		err := m.server.Shutdown(ctx)
@@ -580,7 +601,9 @@ func (m *Main) Close() error {
 		errs = append(errs, err)
 	}
 	if m.coord != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), m.Config.ShutdownGrace)
+		// What is left of the grace — at least a moment, so that runs that
+		// ended during the drain are seen ended rather than interrupted.
+		ctx, cancel := context.WithTimeout(context.Background(), max(time.Until(graceEnds), shutdownMoment))
 		errs = append(errs, m.coord.Shutdown(ctx))
 		cancel()
 	}
