@@ -524,12 +524,25 @@ func (m *Main) observeRunID(id string) {
 }
 
 // ping checks that Redis answers: every master of a cluster (a PING to
-// one node says nothing of the others' slots), the master behind Sentinel.
+// one node says nothing of the others' slots) with the cluster serving
+// every slot (CLUSTER INFO), the master behind Sentinel.
 func (m *Main) ping(ctx context.Context) error {
 	if cc, ok := m.client.(*redis.ClusterClient); ok {
+		// Every master answering is not enough: with a slot unserved (a
+		// master lost, a slot deleted) the cluster refuses commands
+		// (CLUSTERDOWN) while its masters still answer PING.
 		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			if err := c.Ping(ctx).Err(); err != nil {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err != nil && (strings.HasPrefix(err.Error(), "NOPERM") || strings.HasPrefix(err.Error(), "ERR unknown command")) {
+				// A user not allowed CLUSTER INFO (or a renamed command):
+				// whether it answers is all that can be told.
+				info, err = "cluster_state:ok", c.Ping(ctx).Err()
+			}
+			if err != nil {
 				return fmt.Errorf("master %s: %w", c.Options().Addr, err)
+			}
+			if !strings.Contains(info, "cluster_state:ok") {
+				return fmt.Errorf("master %s: cluster_state is not ok: the cluster does not serve every slot (commands get CLUSTERDOWN)", c.Options().Addr)
 			}
 			return nil
 		})

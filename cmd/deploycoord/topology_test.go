@@ -600,3 +600,51 @@ func sentinelDrill(t *testing.T, sc sentinelCase) {
 	a.stop()
 	b.stop()
 }
+
+// TestReadyzClusterDown: a Redis Cluster with one slot unserved (deleted
+// from its master: CLUSTERDOWN for every command, while every master still
+// answers PING) is not ready: /readyz is 503 and says why, and ready again
+// once the slot is served. (Found by running the runbook: /readyz said
+// ready while the API answered 503 CLUSTERDOWN.)
+func TestReadyzClusterDown(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m, _, err := runMain(t, "-redis-cluster-addrs", strings.Join(cl.Addrs(), ","), "-key-prefix", redistest.Prefix(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := local(t, m)
+	ready := func() (int, string) {
+		st, _, body, err := n.req("GET", "/readyz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, string(body)
+	}
+	if st, body := ready(); st != 200 {
+		t.Fatalf("/readyz of a healthy cluster: %d %s", st, body)
+	}
+	master := cl.Nodes[0]
+	ranges, err := cl.Slots(ctx, master)
+	if err != nil || len(ranges) == 0 {
+		t.Fatalf("slots of %s: %v %v", master.Addr, ranges, err)
+	}
+	slot := ranges[0][0]
+	mc := cl.NodeClient(t, master)
+	if err := mc.Do(ctx, "CLUSTER", "DELSLOTS", slot).Err(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 20*time.Second, func() (bool, string) {
+		st, body := ready()
+		return st == 503 && strings.Contains(body, "cluster_state is not ok"), fmt.Sprintf("/readyz with slot %d unserved: %d %s", slot, st, body)
+	})
+	if err := mc.Do(ctx, "CLUSTER", "ADDSLOTS", slot).Err(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 30*time.Second, func() (bool, string) {
+		st, body := ready()
+		return st == 200, fmt.Sprintf("/readyz with the slot served again: %d %s", st, body)
+	})
+}
