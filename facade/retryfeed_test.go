@@ -2,6 +2,7 @@ package facade_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/deploycoord/deploycoord/internal/redistest"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
+	"github.com/deploycoord/deploycoord/tenantlock"
 )
 
 // TestRetryReachesTheFeed: a retry of a finished plan's failed task is on
@@ -181,6 +183,46 @@ func TestPlanEventsOnce(t *testing.T) {
 		want = map[string]int{"plan.created": 1, "plan.started": 1, "plan.paused": 1}
 		if got := count(fv.ID); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("plan events of the plan paused by its failures: %v, want %v", got, want)
+		}
+	})
+}
+
+// TestRetryOfALockedTaskSaysWho: a retry of a failed task whose lock a
+// holder of the same task took meanwhile (another retry, on another
+// instance) is TASK_RUNNING; the detail advises breaking the lock only when
+// that instance is not alive — when it is, it is running or retrying the
+// task, and the answer says so.
+func TestRetryOfALockedTaskSaysWho(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		other := b.second("coord-b")
+		ctx := context.Background()
+		b.target.script("lk-1", "deploy", 500)
+		v := b.create(spec([]task.StageSpec{b.httpStage("deploy", task.RetryPolicy{})}, "lk-1"))
+		b.waitPlan(b.coord, v.ID, plan.StatusFailed)
+		tv := b.waitTask(b.coord, "lk-1", task.StatusFailed)
+		_ = other
+		for _, tt := range []struct {
+			holder, want string
+		}{
+			{"coord-b", "is being run or retried by instance coord-b, which is alive"},
+			{"coord-gone", "still holds its lease on instance coord-gone"},
+		} {
+			lease, err := b.locks.Acquire(ctx, "lk-1", tenantlock.Holder{PlanID: v.ID, TaskID: tv.Task.ID, Instance: tt.holder})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// (coord-a learns that coord-b is alive at its next heartbeat.)
+			eventually(t, 5*time.Second, func() error {
+				_, err := b.coord.Retry(ctx, "lk-1", facade.RetryRequest{Reason: "INC-2"}, anyone)
+				if !errors.Is(err, facade.ErrTaskRunning) || !strings.Contains(err.Error(), tt.want) {
+					return fmt.Errorf("retry with the lock held by %s: %v; want TASK_RUNNING saying %q", tt.holder, err, tt.want)
+				}
+				return nil
+			})
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }

@@ -112,6 +112,13 @@ func (c *Coordinator) lockRefusal(t *task.Task, err error) error {
 	}
 	c.obs.LockConflict()
 	if locked.Holder.TaskID == t.ID {
+		if alive, known := c.ownerAlive(locked.Holder.Instance); alive && known {
+			// A live instance holds it: it runs the task, or is retrying it
+			// right now (two retries at once). Breaking its lock is not the
+			// way; reading the task again is.
+			return wrapf(ErrTaskRunning, "task %s of tenant %s is being run or retried by instance %s, which is alive (lock fence %d); read the task again",
+				t.ID, t.TenantID, locked.Holder.Instance, locked.Fence)
+		}
 		return wrapf(ErrTaskRunning, "task %s of tenant %s still holds its lease on instance %s for %s (fence %d); wait for it to expire or release it with DELETE /v1/tenants/%s/lock",
 			t.ID, t.TenantID, locked.Holder.Instance, locked.TTL.Round(time.Millisecond), locked.Fence, t.TenantID)
 	}
