@@ -25,6 +25,12 @@ func AuditAction(r *http.Request, planID, tenantID, reason string) {
 	noteReason(r, reason)
 }
 
+// NoteCode records the stable code (CodePermissionDenied, ...) of the
+// error a handler of Config.Mounts answered r with in its own form (a
+// page): the event feed's record of a refused action carries it, as for a
+// /v1 problem.
+func NoteCode(r *http.Request, code string) { infoOf(r).code = code }
+
 // Deny records why a handler of Config.Mounts refused r (a sign-in with an
 // unknown token, a viewer's action): the request is written to the audit
 // log at Warn with that reason.

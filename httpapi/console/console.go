@@ -446,6 +446,11 @@ type errorPage struct {
 
 // renderError answers status with an error page saying msg.
 func (c *Console) renderError(w http.ResponseWriter, r *http.Request, _ error, status int, msg string) {
+	if status == http.StatusForbidden {
+		// (A page's 403 is the API's: a viewer's action, a cross-site
+		// request, a form without its token.)
+		httpapi.NoteCode(r, httpapi.CodePermissionDenied)
+	}
 	c.render(w, r, "error", status, errorPage{frame: c.frame(r, http.StatusText(status)), Status: status, Message: msg})
 }
 
@@ -458,5 +463,6 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if !known {
 		c.log.Error().Err(err).Str("path", r.URL.Path).Str("request_id", httpapi.RequestID(r.Context())).Msg("console request failed")
 	}
+	httpapi.NoteCode(r, code)
 	c.renderError(w, r, err, status, code+": "+detail)
 }

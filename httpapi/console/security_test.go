@@ -6,7 +6,10 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/deploycoord/deploycoord/facade"
+	"github.com/deploycoord/deploycoord/httpapi"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 )
@@ -83,6 +86,27 @@ func TestViewerCannotAct(t *testing.T) {
 	}
 	if tv := b.waitTask("t-bad", task.StatusFailed); tv.Attempt != 1 {
 		t.Fatalf("a viewer's retry went through: attempt %d", tv.Attempt)
+	}
+	// Each refusal is on the event feed with its code and reason, as an
+	// API refusal is.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		evs, _, err := b.coord.Events(context.Background(), task.FeedFilter{Type: facade.EventOperatorRefused, TenantID: "t-bad", Limit: 10}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 2 { // the two tenant actions (the plan actions name no tenant)
+			for _, ev := range evs {
+				if ev.Data["code"] != httpapi.CodePermissionDenied || ev.Data["reason"] != "try" || ev.Data["actor"] != "vera" {
+					t.Errorf("operator.refused of a viewer's console action: %v; want code %s, reason and actor", ev.Data, httpapi.CodePermissionDenied)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d operator.refused events of t-bad, want 2: %v", len(evs), evs)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
