@@ -317,9 +317,10 @@ func (h *tripHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 // TestSharedStartRoundTrips counts the Redis round trips of a plan's task
 // starts with a go-redis hook, write and read batching off: the
-// instance-owned run (a lock and the RUNNING write per start) against the
-// shared queue (a claim and a read of the task on top; the permit is freed
-// by the next claim). A stage transition costs the same in both.
+// instance-owned run (the RUNNING write that takes the lock, per start)
+// against the shared queue (a claim on top — a blind start reads no task;
+// the permit is freed by the next claim). A stage transition costs the same
+// in both.
 func TestSharedStartRoundTrips(t *testing.T) {
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		const n = 40
