@@ -323,6 +323,11 @@ func (c *Coordinator) rerun(ctx context.Context, t *task.Task, p *plan.Plan, sta
 	ev := rs.event
 	ev.Fence = lease.Fence()
 	r.addEvent(ev)
+	if rs.mode == task.RetryNew {
+		// A new attempt starts here, as a queued one starts where it is
+		// claimed: the timeline and the feed say so the same way.
+		r.addEvent(task.Event{Type: task.EventStarted, Instance: c.cfg.Instance, Fence: lease.Fence()})
+	}
 	if err := r.commit(task.Write{PrevStatus: prev, Checkpoint: write, DeleteCheckpoint: rs.deleteCkpt, ClearRequests: true}); err != nil {
 		r.finish()
 		if errors.Is(err, errStoreRefused) {
