@@ -231,3 +231,35 @@ func TestRetryOfALockedTaskSaysWho(t *testing.T) {
 		}
 	})
 }
+
+// TestPausePendingTaskRefused: a pause of a task that has not started is
+// TASK_PENDING and changes nothing — no request stored, no timeline entry,
+// no pause_requested event on the feed — where it used to answer 200 with
+// the task unchanged (and publish the event).
+func TestPausePendingTaskRefused(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		ctx := context.Background()
+		s := spec([]task.StageSpec{gateStage("one")}, "pp-1", "pp-2")
+		s.MaxConcurrency = 1
+		v := b.create(s)
+		b.gates.wait(t, "pp-1", "one")
+		_, err := b.coord.PauseTask(ctx, "pp-2", "INC-3 hold", anyone)
+		if !errors.Is(err, facade.ErrTaskPending) || !strings.Contains(err.Error(), "cannot be paused") {
+			t.Fatalf("pause of a pending task: %v; want TASK_PENDING", err)
+		}
+		tv, err := b.coord.TaskByTenant(ctx, "pp-2")
+		if err != nil || tv.Task.Status != task.StatusPending || tv.Task.PauseRequested {
+			t.Fatalf("pending task after the refused pause: %+v, %v", tv.Task, err)
+		}
+		b.gates.openAll()
+		b.waitPlan(b.coord, v.ID, plan.StatusCompleted)
+		evs, _, err := b.coord.Events(ctx, task.FeedFilter{TenantID: "pp-2", Type: string(task.EventPauseRequested), Limit: 10}, 0)
+		if err != nil || len(evs) != 0 {
+			t.Errorf("pause_requested events of pp-2 on the feed: %v, %v; want none", evs, err)
+		}
+		if tv := b.waitTask(b.coord, "pp-2", task.StatusCompleted); tv.Task.Reason != "" {
+			t.Errorf("pp-2 completed with reason %q", tv.Task.Reason)
+		}
+	})
+}

@@ -236,7 +236,7 @@ func (c *Coordinator) requestTask(ctx context.Context, tenantID, reason string, 
 		if t.Status == task.StatusPaused {
 			return c.viewOf(ctx, t.ID)
 		}
-		return TaskView{}, wrapf(ErrInvalidState, "task %s of tenant %s is %s; only a pending or running task pauses", t.ID, tenantID, t.Status)
+		return TaskView{}, wrapf(ErrInvalidState, "task %s of tenant %s is %s; only a running task pauses", t.ID, tenantID, t.Status)
 	case t.Status == task.StatusRunning && c.orphaned(t):
 		return TaskView{}, wrapf(ErrInvalidState, "task %s of tenant %s is orphaned (instance %s stopped heartbeating): retry it to take it over, or cancel it after retrying", t.ID, tenantID, t.Owner)
 	}
@@ -250,6 +250,17 @@ func (c *Coordinator) requestTask(ctx context.Context, tenantID, reason string, 
 	stored, err := c.store.RequestTask(ctx, tenantID, t.ID, req, ev)
 	if err != nil {
 		return TaskView{}, translate(err, "task")
+	}
+	// The store takes a pause or cancel request on a RUNNING task only.
+	taken := (req == task.RequestPause && stored.PauseRequested) || (req == task.RequestCancel && stored.CancelRequested)
+	if !taken {
+		if stored.Status == task.StatusPending {
+			// Not started (a pending task is asked to pause; a cancel of
+			// one is immediate, above): nothing was stored.
+			return TaskView{}, wrapf(ErrTaskPending, "task %s of tenant %s has not started, so it cannot be paused: pause its plan, or cancel the task", t.ID, tenantID)
+		}
+		// It ended meanwhile: nothing was stored; the view says how it ended.
+		return c.viewOf(ctx, t.ID)
 	}
 	c.publishTask(stored, ev)
 	c.log.Info().Str("tenant_id", tenantID).Str("task_id", t.ID).Str("request", string(req)).Str("actor", ev.Actor).Str("reason", reason).Msg("task request stored")
