@@ -165,6 +165,9 @@ func (c *Coordinator) sleep(d time.Duration) bool {
 type InstanceView struct {
 	task.Instance
 	Alive bool
+	// Degraded: Redis was unreachable and the list came from memory, which
+	// knows this instance only.
+	Degraded bool
 }
 
 // Instances lists the coordinator instances seen recently, newest first,
@@ -196,6 +199,11 @@ func (c *Coordinator) Instances(ctx context.Context) ([]InstanceView, error) {
 		// This instance is alive whether or not its first heartbeat has
 		// reached the registry yet.
 		out = append([]InstanceView{{Instance: c.self(), Alive: true}}, out...)
+	}
+	if c.degraded() {
+		for i := range out {
+			out[i].Degraded = true
+		}
 	}
 	return out, nil
 }

@@ -82,8 +82,9 @@ func (a *api) instances(w http.ResponseWriter, r *http.Request) {
 	out := InstanceList{Instances: make([]Instance, len(vs))}
 	for i, v := range vs {
 		out.Instances[i] = instanceJSON(v)
+		out.Degraded = out.Degraded || v.Degraded
 	}
-	a.writeJSON(w, r, http.StatusOK, out, false)
+	a.writeJSON(w, r, http.StatusOK, out, out.Degraded)
 }
 
 // feedQuery reads the query of GET /v1/events.

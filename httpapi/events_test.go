@@ -112,9 +112,15 @@ func TestInstancesRoute(t *testing.T) {
 	a := serve(t, h, request{method: "GET", path: "/v1/instances"})
 	want := `{"instances":[` +
 		`{"id":"coord-a","addr":"10.0.0.1:8080","version":"1.2.3","startedAt":"2026-11-21T09:30:00Z","lastSeen":"2026-11-21T09:31:00Z","tasksRunning":3,"singleInstance":false,"alive":true},` +
-		`{"id":"coord-b","addr":"","version":"","startedAt":null,"lastSeen":"2026-11-21T09:30:00Z","tasksRunning":0,"singleInstance":false,"alive":false}]}`
-	if a.Status != 200 || strings.TrimSpace(string(a.Body)) != want {
+		`{"id":"coord-b","addr":"","version":"","startedAt":null,"lastSeen":"2026-11-21T09:30:00Z","tasksRunning":0,"singleInstance":false,"alive":false}],"degraded":false}`
+	if a.Status != 200 || strings.TrimSpace(string(a.Body)) != want || a.Header.Get(httpapi.HeaderDegraded) != "" {
 		t.Fatalf("answer = %d\n%s\nwant\n%s", a.Status, a.Body, want)
+	}
+	// From memory (Redis unreachable): itself only, marked.
+	svc.InstancesV = []facade.InstanceView{{Instance: task.Instance{ID: "coord-a", LastSeen: t0}, Alive: true, Degraded: true}}
+	a = serve(t, h, request{method: "GET", path: "/v1/instances"})
+	if a.Status != 200 || !strings.HasSuffix(strings.TrimSpace(string(a.Body)), `"alive":true}],"degraded":true}`) || a.Header.Get(httpapi.HeaderDegraded) != "true" {
+		t.Fatalf("degraded answer = %d %v\n%s", a.Status, a.Header, a.Body)
 	}
 	serve(t, h, request{method: "GET", path: "/v1/instances?all=true"}).problem(t, 400, httpapi.CodeInvalidArgument)
 	svc.Err = fmt.Errorf("instances: %w", facade.ErrUnavailable)

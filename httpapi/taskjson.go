@@ -71,7 +71,8 @@ func (j jsonBody) release() {
 // tenants.
 func (s TenantsStatus) appendJSON(b []byte) ([]byte, bool) {
 	if s.Tasks == nil {
-		return append(b, `{"tasks":null}`...), true
+		b = append(b, `{"tasks":null,"degraded":`...)
+		return append(strconv.AppendBool(b, s.Degraded), '}'), true
 	}
 	b = append(b, `{"tasks":{`...)
 	for i, id := range slices.Sorted(maps.Keys(s.Tasks)) {
@@ -90,7 +91,8 @@ func (s TenantsStatus) appendJSON(b []byte) ([]byte, bool) {
 			return b, false
 		}
 	}
-	return append(b, "}}"...), true
+	b = append(b, `},"degraded":`...)
+	return append(strconv.AppendBool(b, s.Degraded), '}'), true
 }
 
 func (d *TaskDetail) appendJSON(b []byte) ([]byte, bool) {

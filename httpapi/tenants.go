@@ -156,7 +156,7 @@ func (a *api) timeline(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	a.writeJSON(w, r, http.StatusOK, Timeline{TenantID: tenantID, TaskID: tv.TaskID, Events: eventsJSON(tv.Events)}, tv.Degraded)
+	a.writeJSON(w, r, http.StatusOK, Timeline{TenantID: tenantID, TaskID: tv.TaskID, Events: eventsJSON(tv.Events), Degraded: tv.Degraded}, tv.Degraded)
 }
 
 // POST /v1/tenants:status
@@ -210,6 +210,7 @@ func (a *api) tenantsStatus(w http.ResponseWriter, r *http.Request) {
 		out.Tasks[id] = taskDetailJSON(v)
 		degraded = degraded || v.Degraded
 	}
+	out.Degraded = degraded
 	a.writeJSON(w, r, http.StatusOK, out, degraded)
 }
 

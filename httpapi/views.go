@@ -135,12 +135,18 @@ type Timeline struct {
 	TenantID string       `json:"tenantId"`
 	TaskID   string       `json:"taskId"`
 	Events   []task.Event `json:"events"`
+	// Degraded: the timeline came from memory (Redis unreachable), as far
+	// as this instance wrote it.
+	Degraded bool `json:"degraded"`
 }
 
 // TenantsStatus answers POST /v1/tenants:status: each asked tenant's current
 // task, null for a tenant without one.
 type TenantsStatus struct {
 	Tasks map[string]*TaskDetail `json:"tasks"`
+	// Degraded: the answer came from memory (Redis unreachable); each task
+	// says so too.
+	Degraded bool `json:"degraded"`
 }
 
 // DryRun answers a retry with "dryRun": true.
@@ -332,6 +338,9 @@ type Instance struct {
 // InstanceList answers GET /v1/instances, newest heartbeat first.
 type InstanceList struct {
 	Instances []Instance `json:"instances"`
+	// Degraded: Redis is unreachable and the list holds what this instance
+	// knows of itself only; the others' liveness is unknown.
+	Degraded bool `json:"degraded"`
 }
 
 // FeedEvent is one event of the feed (GET /v1/events): a plan or task

@@ -135,6 +135,29 @@ func TestListsRedisPaused(t *testing.T) {
 	if st, _, body, err := a.req("GET", "/v1/plans/"+pa.PlanID, nil); err != nil || st != http.StatusServiceUnavailable {
 		t.Errorf("GET of the plan a created, during the outage: %d %s %v; want 503 (its progress is Redis')", st, body, err)
 	}
+	// Answers that are not lists say they came from memory too, in the body
+	// as in the header: the instances (a alone), and, for a task a runs, its
+	// timeline and the bulk status.
+	degradedBody := func(method, path string, body any) {
+		t.Helper()
+		st, h, b, err := a.req(method, path, body)
+		var v struct {
+			Degraded bool `json:"degraded"`
+		}
+		if err != nil || st != http.StatusOK || h.Get(httpapi.HeaderDegraded) != "true" || json.Unmarshal(b, &v) != nil || !v.Degraded {
+			t.Errorf("%s %s during the outage: %d %s %v; want 200 with degraded true (body and header)", method, path, st, b, err)
+		}
+	}
+	degradedBody("GET", "/v1/instances", nil)
+	for _, tn := range []struct {
+		id   string
+		runs int
+	}{{"la-1", la}, {"lb-1", lb}} {
+		if tn.runs == http.StatusOK {
+			degradedBody("GET", "/v1/tenants/"+tn.id+"/timeline", nil)
+			degradedBody("POST", "/v1/tenants:status", map[string]any{"tenantIds": []string{tn.id}})
+		}
+	}
 	srv.Cont()
 	tg.release()
 	// Once Redis answers again, so do the lists, complete and unmarked (the
