@@ -122,6 +122,9 @@ type Coordinator struct {
 	runs      sync.WaitGroup
 
 	closing atomic.Bool
+	// stopped is every plan run the shutdown stopped (guarded by mu):
+	// Shutdown waits for them all, also those that left plans since.
+	stopped []*planRun
 	// claimedEntries counts the shared plans' claimed entries whose
 	// runEntry has not returned — their permit release included — across
 	// every run, also a run that ended and left c.plans (Idle).

@@ -546,14 +546,19 @@ func (c *Coordinator) logPlanAction(p *plan.Plan, msg, reason string, a Actor) {
 // call more than once.
 func (c *Coordinator) BeginShutdown() { c.beginShutdown() }
 
-// beginShutdown is BeginShutdown; it returns the plan runs it stopped.
+// beginShutdown is BeginShutdown; it returns every plan run it stopped,
+// this time or an earlier one: a run that ended since (its plan finished,
+// or it halted) has left c.plans, and Shutdown must still wait for it and,
+// in the plan-owner mode, pause its plan.
 func (c *Coordinator) beginShutdown() []*planRun {
 	c.mu.Lock()
 	c.closing.Store(true)
-	plans := make([]*planRun, 0, len(c.plans))
 	for _, pr := range c.plans {
-		plans = append(plans, pr)
+		if !slices.Contains(c.stopped, pr) {
+			c.stopped = append(c.stopped, pr)
+		}
 	}
+	plans := slices.Clone(c.stopped)
 	c.mu.Unlock()
 	for _, pr := range plans {
 		pr.stop()

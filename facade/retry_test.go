@@ -301,6 +301,46 @@ func TestRestartAnswersFromRedis(t *testing.T) {
 	})
 }
 
+// TestShutdownAfterBeginPausesEndedRuns: cmd/deploycoord calls
+// BeginShutdown on SIGTERM and Shutdown only after draining HTTP; a plan
+// run that ended in between (its tasks paused at their boundary) has left
+// the coordinator's runs, yet Shutdown still pauses its plan (plan-owner
+// mode), so it does not stay RUNNING with no runner.
+func TestShutdownAfterBeginPausesEndedRuns(t *testing.T) {
+	t.Parallel()
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be)
+		ctx := context.Background()
+		s := spec([]task.StageSpec{gateStage("hold"), noopStage("after")}, "sb-1", "sb-2")
+		s.MaxConcurrency = 2
+		v := b.create(s)
+		b.gates.wait(t, "sb-1", "hold")
+		b.gates.wait(t, "sb-2", "hold")
+		b.coord.BeginShutdown()
+		b.gates.openAll()
+		for _, tn := range []string{"sb-1", "sb-2"} {
+			if tv := b.waitTask(b.coord, tn, task.StatusPaused); tv.Reason != facade.ReasonShutdown {
+				t.Fatalf("%s paused for %q", tn, tv.Reason)
+			}
+		}
+		eventually(t, 5*time.Second, func() error {
+			if n := b.coord.Running(); n != 0 {
+				return errf("%d runs", n)
+			}
+			return nil
+		})
+		time.Sleep(100 * time.Millisecond) // the plan run ends once its tasks did
+		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := b.coord.Shutdown(gctx); err != nil {
+			t.Fatal(err)
+		}
+		if pv, _ := b.coord.Plan(ctx, v.ID); pv.Status != plan.StatusPaused || pv.Reason != facade.ReasonShutdown {
+			t.Fatalf("plan after shutdown: %s %q; want PAUSED %q", pv.Status, pv.Reason, facade.ReasonShutdown)
+		}
+	})
+}
+
 // TestShutdownLeavesTasksPaused: stages still running when the grace period
 // ends are interrupted; their tasks are PAUSED "instance shutdown" with the
 // locks released, the plan is paused, and another instance resumes it.
