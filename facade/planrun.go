@@ -429,7 +429,7 @@ func (c *Coordinator) refuseStart(t *task.Task, reason string, log zerolog.Logge
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
 	defer cancel()
-	_, err := c.store.WriteTask(ctx, task.Write{
+	res, err := c.store.WriteTask(ctx, task.Write{
 		Task: t, PrevStatus: prev, ExpectSeq: t.Seq, Guard: task.Guard{Fence: t.Fence},
 		Events: []task.Event{{At: now.UTC(), Type: task.EventFailed, Reason: reason, Attempt: t.Attempt, Instance: c.cfg.Instance}},
 	})
@@ -438,6 +438,7 @@ func (c *Coordinator) refuseStart(t *task.Task, reason string, log zerolog.Logge
 		return
 	}
 	c.publishTask(t, task.Event{At: now.UTC(), Type: task.EventFailed, Reason: reason, Instance: c.cfg.Instance})
+	c.planStatusChanged(t.PlanID, res) // the plan's last task: it finished, or a failure paused it
 	log.Warn().Str("reason", reason).Msg("task failed: tenant locked")
 }
 

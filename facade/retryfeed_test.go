@@ -260,3 +260,32 @@ func TestPausePendingTaskRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestCancelOfLastTaskEndsPlanOnFeed: cancelling a plan's last unfinished
+// task (paused, so no run writes it) finishes the plan; the cancel's write
+// is the one that changed the plan's status, and the feed says so once.
+func TestCancelOfLastTaskEndsPlanOnFeed(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		ctx := context.Background()
+		v := b.create(spec([]task.StageSpec{gateStage("one"), noopStage("two")}, "cl-1"))
+		b.gates.wait(t, "cl-1", "one")
+		if _, err := b.coord.PauseTask(ctx, "cl-1", "INC-4 hold", anyone); err != nil {
+			t.Fatal(err)
+		}
+		b.gates.openAll()
+		b.waitTask(b.coord, "cl-1", task.StatusPaused)
+		if _, err := b.coord.CancelTask(ctx, "cl-1", "INC-4 drop it", anyone); err != nil {
+			t.Fatal(err)
+		}
+		pv := b.waitPlan(b.coord, v.ID, plan.StatusFailed, plan.StatusCancelled, plan.StatusCompleted)
+		want := "plan." + strings.ToLower(string(pv.Status))
+		eventually(t, 5*time.Second, func() error {
+			evs, _, err := b.coord.Events(ctx, task.FeedFilter{PlanID: v.ID, Type: want, Limit: 10}, 0)
+			if err == nil && len(evs) != 1 {
+				err = fmt.Errorf("%d %s events on the feed, want 1", len(evs), want)
+			}
+			return err
+		})
+	})
+}

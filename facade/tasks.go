@@ -240,7 +240,8 @@ func (c *Coordinator) requestTask(ctx context.Context, tenantID, reason string, 
 	case t.Status == task.StatusRunning && c.orphaned(t):
 		return TaskView{}, wrapf(ErrInvalidState, "task %s of tenant %s is orphaned (instance %s stopped heartbeating): retry it to take it over, or cancel it after retrying", t.ID, tenantID, t.Owner)
 	}
-	if r := c.localRun(t.ID); r != nil {
+	r := c.localRun(t.ID)
+	if r != nil {
 		if req == task.RequestCancel {
 			r.requestCancel(reason)
 		} else {
@@ -251,8 +252,10 @@ func (c *Coordinator) requestTask(ctx context.Context, tenantID, reason string, 
 	if err != nil {
 		return TaskView{}, translate(err, "task")
 	}
-	// The store takes a pause or cancel request on a RUNNING task only.
-	taken := (req == task.RequestPause && stored.PauseRequested) || (req == task.RequestCancel && stored.CancelRequested)
+	// The store takes a pause or cancel request on a RUNNING task only; a
+	// run of this instance told above honours it whatever the store says
+	// (a start whose RUNNING write has not landed yet).
+	taken := (req == task.RequestPause && stored.PauseRequested) || (req == task.RequestCancel && stored.CancelRequested) || r != nil
 	if !taken {
 		if stored.Status == task.StatusPending {
 			// Not started (a pending task is asked to pause; a cancel of
@@ -287,7 +290,7 @@ func (c *Coordinator) cancelIdle(ctx context.Context, t *task.Task, reason strin
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.WriteTimeout)
 	defer cancel()
-	_, err := c.store.WriteTask(wctx, task.Write{
+	res, err := c.store.WriteTask(wctx, task.Write{
 		Task: t, PrevStatus: prev, ExpectSeq: t.Seq, Guard: task.Guard{Fence: t.Fence}, Events: events, ClearRequests: true,
 	})
 	var refused *task.RefusedError
@@ -300,6 +303,7 @@ func (c *Coordinator) cancelIdle(ctx context.Context, t *task.Task, reason strin
 		for _, e := range events {
 			c.publishTask(t, e)
 		}
+		c.planStatusChanged(t.PlanID, res) // the plan's last task cancelled: it finished
 	}
 	if err != nil && !errors.As(err, &refused) {
 		return translate(err, "task")
