@@ -135,8 +135,10 @@ func (c *Coordinator) startClaimed(pr *planRun, t *task.Task, acquired func(), l
 			// A field of the stored record does not decode (a hand edit, a
 			// bug): queued again it would fail the same way. A blind start
 			// learns it from the write's answer — the task is RUNNING with
-			// this claim's lock, which is let go so that a retry takes it
-			// over at once, once the field is fixed (it shows orphaned).
+			// this claim's lock, which is let go so that, once the field is
+			// fixed, a retry takes it over: at once on this instance (where
+			// it shows orphaned, no run here holding it), on the others once
+			// a lease has passed without a heartbeat.
 			c.letGoClaim(t.TenantID, holder, claim)
 			log.Error().Err(err).Msg("task not started: its stored record is malformed; fix the field named, then retry the task " +
 				"(or, if it still shows PENDING, repair the plan's counts, which queues it)")

@@ -37,9 +37,9 @@ type DualConfig struct {
 	// only as created: while Redis is unreachable, reads of plans (a plan,
 	// the plan list, counts) are not answered from memory, and reads of
 	// tasks (a task, its timeline, a plan's tasks, a tenant's history, the
-	// search) only with the tasks this instance has written (its start or
-	// a later write) — the others get the Redis error, as on an instance
-	// that never held them, rather than a stale answer.
+	// search) only with the tasks this instance runs (written RUNNING here)
+	// — the others get the Redis error, as on an instance that never held
+	// them, rather than a stale answer.
 	SharedWork bool
 	// ProbeInterval is how often the flusher pings Redis while writes are
 	// queued (default ProbeIntervalDefault).
@@ -202,9 +202,13 @@ func memPlans[T any](d *Dual, fromMem func() (T, error)) func() (T, error) {
 }
 
 // writtenHere reports whether memory's copy of t may answer a degraded
-// read: always, but with SharedWork only a task this instance has written
-// (a created copy has seq 0; another instance may have run it since).
-func (d *Dual) writtenHere(t *task.Task) bool { return !d.cfg.SharedWork || t.Seq > 0 }
+// read: always, but with SharedWork only a task this instance runs — one it
+// wrote RUNNING (seq > 0: a created copy has seq 0). A PENDING or PAUSED
+// task it wrote (a queued retry, a paused task) is any instance's to start
+// next, and may have moved on elsewhere.
+func (d *Dual) writtenHere(t *task.Task) bool {
+	return !d.cfg.SharedWork || (t.Seq > 0 && t.Status == task.StatusRunning)
+}
 
 // memTasks returns fromMem keeping only the tasks writtenHere; errNotHeld
 // when none is left of a list that had some (a degraded list is partial,

@@ -193,20 +193,26 @@ func TestDualSharedWorkAnswersOnlyItsOwnWrites(t *testing.T) {
 	e.store = d
 	ctx := ctxT(t)
 
-	fx := createPlan(t, &e, 3, 0)
+	fx := createPlan(t, &e, 4, 0)
 	mine := start(t, &e, fx.tasks[0], 1)                             // run here, through the Dual
 	start(t, re, fx.tasks[1], 1).complete()                          // run by another instance
 	if _, _, err := d.TaskByTenant(ctx, tenantName(2)); err != nil { // PENDING, read while Redis is up
 		t.Fatal(err)
 	}
+	// Started and paused here: any instance may resume it next.
+	paused := start(t, &e, fx.tasks[3], 1)
+	if err := paused.tk.Pause(re.clock.Now(), "hold"); err != nil {
+		t.Fatal(err)
+	}
+	paused.mustWrite(task.StatusRunning, task.Write{ReleaseLock: true})
 
 	srv.Kill()
 	if got, _, err := d.TaskByTenant(ctx, tenantName(0)); err != nil || got.ID != mine.tk.ID || got.Status != task.StatusRunning {
 		t.Fatalf("its own running task with Redis down: %+v, %v; want it from memory", got, err)
 	}
-	for i := 1; i <= 2; i++ {
+	for _, i := range []int{1, 2, 3} {
 		if got, _, err := d.TaskByTenant(ctx, tenantName(i)); !IsUnavailable(err) {
-			t.Errorf("task %d, never written here, with Redis down: %+v, %v; want unavailable", i, got, err)
+			t.Errorf("task %d, not run here, with Redis down: %+v, %v; want unavailable", i, got, err)
 		}
 		if got, _, err := d.Task(ctx, fx.tasks[i].ID); !IsUnavailable(err) {
 			t.Errorf("task %d by id: %+v, %v; want unavailable", i, got, err)
