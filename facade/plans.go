@@ -678,5 +678,11 @@ func (c *Coordinator) RepairCounts(ctx context.Context, planID, reason string, a
 		data[string(s)] = n
 	}
 	c.publishPlan(p, "plan.counts_repaired", &a, reason, map[string]any{"counts": data})
-	return c.Plan(ctx, planID)
+	pv, err := c.Plan(ctx, planID)
+	if err == nil && pv.Plan.Status != p.Status && pv.Plan.Status.Finished() {
+		// The recount let the plan finish (drifted counts held it open):
+		// that end is an event as a task write's would be.
+		c.planStatusChanged(planID, task.WriteResult{PlanStatus: string(pv.Plan.Status), PlanStatusChanged: true})
+	}
+	return pv, err
 }

@@ -289,3 +289,42 @@ func TestCancelOfLastTaskEndsPlanOnFeed(t *testing.T) {
 		})
 	})
 }
+
+// TestRepairThatFinishesPlanOnFeed: counts that drifted (a phantom PENDING,
+// as a hand edit leaves) hold a plan open after its last task completed; a
+// repair of the counts finishes it, and the feed says plan.completed after
+// plan.counts_repaired.
+func TestRepairThatFinishesPlanOnFeed(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		ctx := context.Background()
+		v := b.create(spec([]task.StageSpec{gateStage("one")}, "rp-1"))
+		b.gates.wait(t, "rp-1", "one")
+		key, err := b.store.Keys().PlanCounts(v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.client.HIncrBy(ctx, key, string(task.StatusPending), 1).Err(); err != nil {
+			t.Fatal(err)
+		}
+		b.gates.openAll()
+		b.waitTask(b.coord, "rp-1", task.StatusCompleted)
+		if pv, _ := b.coord.Plan(ctx, v.ID); pv.Plan.Status != plan.StatusRunning {
+			t.Fatalf("plan with a phantom PENDING count: %s, want RUNNING", pv.Plan.Status)
+		}
+		pv, err := b.coord.RepairCounts(ctx, v.ID, "INC-6 counts drifted", anyone)
+		if err != nil || pv.Plan.Status != plan.StatusCompleted {
+			t.Fatalf("repair: %s, %v; want COMPLETED", pv.Plan.Status, err)
+		}
+		eventually(t, 5*time.Second, func() error {
+			evs, _, err := b.coord.Events(ctx, task.FeedFilter{PlanID: v.ID, Limit: 100}, 0)
+			if err != nil {
+				return err
+			}
+			if got := feedTypes(evs); !inOrder(got, []string{"plan.counts_repaired", "plan.completed"}) {
+				return fmt.Errorf("feed of the plan: %v", got)
+			}
+			return nil
+		})
+	})
+}
