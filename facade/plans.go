@@ -136,13 +136,18 @@ func (c *Coordinator) Plan(ctx context.Context, planID string) (PlanView, error)
 	if err != nil {
 		return PlanView{}, translate(err, "plan "+planID)
 	}
-	return PlanView{Plan: p, Counts: counts, Orphaned: c.orphanedCount(ctx, planID, counts), Degraded: c.degraded()}, nil
+	return PlanView{Plan: p, Counts: counts, Orphaned: c.orphanedCount(ctx, p, counts), Degraded: c.degraded()}, nil
 }
 
 // orphanedCount is how many of a plan's RUNNING tasks have an owner that is
 // not alive: RUNNING minus the running counters of the live owners (one
-// round trip, whatever the plan's size); -1 when it cannot tell.
-func (c *Coordinator) orphanedCount(ctx context.Context, planID string, counts plan.Counts) int {
+// round trip, whatever the plan's size); -1 when it cannot tell. A live
+// owner whose process started after the plan was created may count tasks
+// of a dead earlier process with its id (restarted under the same id):
+// then the plan's RUNNING tasks are read and each is judged as the task
+// list judges it (its heartbeat), a read of the running tasks only.
+func (c *Coordinator) orphanedCount(ctx context.Context, p *plan.Plan, counts plan.Counts) int {
+	planID := p.ID
 	running := counts[task.StatusRunning]
 	if running == 0 {
 		return 0
@@ -156,6 +161,11 @@ func (c *Coordinator) orphanedCount(ctx context.Context, planID string, counts p
 		return -1
 	}
 	for owner, n := range byOwner {
+		if owner != c.cfg.Instance && n > 0 && c.restartedSince(owner, p.CreatedAt) {
+			return c.orphanedByTask(ctx, planID)
+		}
+	}
+	for owner, n := range byOwner {
 		if owner == c.cfg.Instance {
 			// This instance's own RUNNING tasks that do not run here (an
 			// earlier process with the same id died, or a run lost its
@@ -165,6 +175,27 @@ func (c *Coordinator) orphanedCount(ctx context.Context, planID string, counts p
 		running -= n
 	}
 	return max(running, 0)
+}
+
+// orphanedByTask counts the plan's orphaned RUNNING tasks one by one, as
+// the task list finds them; -1 when they cannot be read.
+func (c *Coordinator) orphanedByTask(ctx context.Context, planID string) int {
+	n, cursor := 0, ""
+	for {
+		ts, next, err := c.store.PlanTasks(ctx, planID, plan.TaskFilter{Status: task.StatusRunning, Cursor: cursor, Limit: plan.LimitMax})
+		if err != nil {
+			return -1
+		}
+		for _, t := range ts {
+			if c.orphaned(t) {
+				n++
+			}
+		}
+		if next == "" {
+			return n
+		}
+		cursor = next
+	}
 }
 
 // localRuns counts the runs of a plan's tasks on this instance, those being

@@ -484,6 +484,63 @@ func TestPlanOrphanedCountsOwnLostTasks(t *testing.T) {
 	})
 }
 
+// TestPlanOrphanedCountsRestartedOwnersLostTasks: a RUNNING task stored
+// under another instance's id, whose process died and was started again
+// with the same id after the plan was created (alive, heartbeating), counts
+// in the plan's orphaned count on every instance, as the task view says.
+// (Found by a chaos run: after a SIGKILL and a restart with the same id the
+// other instances counted 0 orphaned, plan show had no ORPHANED row, and the
+// orphaned_tasks gauge stayed 0 on them.)
+func TestPlanOrphanedCountsRestartedOwnersLostTasks(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, withConfig(func(c *facade.Config) { c.Heartbeat = 20 * time.Millisecond }))
+		ctx := context.Background()
+		s := spec([]task.StageSpec{noopStage("only")}, "tenant-lost", "tenant-idle")
+		no := false
+		s.Start = &no
+		v := b.create(s)
+		p, _, err := b.store.Plan(ctx, v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(time.Now(), "coord-a"); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.store.UpdatePlan(ctx, p, plan.StatusCreated); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		b.second("coord-b") // its process starts after the plan was created
+		tk, _, err := b.store.TaskByTenant(ctx, "tenant-lost")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prev := tk.Status
+		// Started by the dead earlier coord-b a while ago: no heartbeat since.
+		if err := tk.Start(time.Now().Add(-time.Minute), "coord-b", 7); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.store.WriteTask(ctx, task.Write{Task: tk, PrevStatus: prev, ExpectSeq: tk.Seq, Guard: task.Guard{Fence: 7}}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, func() error {
+			if is, err := b.coord.Instances(ctx); err != nil || len(is) < 2 || !is[0].Alive || !is[1].Alive {
+				return fmt.Errorf("instances %v, %v", is, err)
+			}
+			return nil
+		})
+		time.Sleep(200 * time.Millisecond) // coord-a's view of the registry has coord-b alive
+		pv, err := b.coord.Plan(ctx, v.ID)
+		if err != nil || pv.Orphaned != 1 || pv.Counts[task.StatusRunning] != 1 {
+			t.Fatalf("orphaned %d, counts %v, %v; want 1 orphaned", pv.Orphaned, pv.Counts, err)
+		}
+		tv, err := b.coord.TaskByTenant(ctx, "tenant-lost")
+		if err != nil || !tv.Orphaned {
+			t.Fatalf("task view: orphaned %v, %v", tv.Orphaned, err)
+		}
+	})
+}
+
 // TestSharedPlanFailureThreshold: tasks failing on either instance pause
 // the plan past its threshold, and then no instance starts a task.
 func TestSharedPlanFailureThreshold(t *testing.T) {
