@@ -140,12 +140,12 @@ type Coordinator struct {
 	// live maps the instances alive at the last registry read (liveAt) to
 	// their last heartbeat; runID is the Redis run id last seen; while
 	// suspectUntil (unix ns) is ahead, no stage starts (Redis restarted).
-	live         map[string]time.Time
-	liveAt       time.Time
+	live   map[string]time.Time
+	liveAt time.Time
 	// liveStarted maps the same instances to when their current process
 	// started (the registry's startedAt): one that started after a plan
 	// did may have inherited RUNNING tasks of a dead process of its id.
-	liveStarted map[string]time.Time
+	liveStarted  map[string]time.Time
 	runID        string
 	suspectUntil atomic.Int64
 	bgStop       chan struct{}
