@@ -293,6 +293,7 @@ func (a *app) flagSet(c command) *flag.FlagSet {
 // returns the positional arguments.
 func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	a.g.register(fs)
+	onceOnly(fs)
 	pos, err := parseInterspersed(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		a.help()
@@ -306,6 +307,44 @@ func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 	return pos, nil
 }
+
+// onceOnly makes every flag of fs but the repeatable ones (listFlag,
+// statusList) refuse
+// a second value: `--status PAUSED --status RUNNING` is a usage error, not
+// the last one silently (the API refuses a repeated parameter too).
+func onceOnly(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		switch f.Value.(type) {
+		case *listFlag, *statusList:
+			return
+		}
+		o := &onceValue{Value: f.Value}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			f.Value = onceBool{o}
+			return
+		}
+		f.Value = o
+	})
+}
+
+// onceValue is a flag value that may be set once.
+type onceValue struct {
+	flag.Value
+	set bool
+}
+
+func (o *onceValue) Set(v string) error {
+	if o.set {
+		return errors.New("given more than once")
+	}
+	o.set = true
+	return o.Value.Set(v)
+}
+
+// onceBool is an onceValue of a boolean flag (--flag without a value).
+type onceBool struct{ *onceValue }
+
+func (onceBool) IsBoolFlag() bool { return true }
 
 // parseInterspersed parses flags found anywhere in args; "--" ends the flags.
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {

@@ -588,6 +588,10 @@ func (a *app) planTasks(ctx context.Context, fs *flag.FlagSet, args []string) er
 		if !s.Valid() {
 			return usagef("--status %s is not a task status (%s)", task.Quote(*status), joinStatuses(task.Statuses))
 		}
+		if *orphaned && s != task.StatusRunning {
+			// Both filters apply (an orphan is RUNNING): the list would be empty.
+			return usagef("--orphaned lists RUNNING tasks: it cannot go with --status %s (list them one after the other, or use deployctl tasks --status %s --orphaned, which lists either)", s, s)
+		}
 		q.Set("status", string(s))
 	}
 	if *orphaned {
