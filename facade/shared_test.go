@@ -435,6 +435,47 @@ func TestSharedPlanLarge(t *testing.T) {
 	})
 }
 
+// startedPlanNobodyRuns creates a plan of tenant-lost and tenant-idle and
+// marks it RUNNING (owner coord-a) without a run: its tasks stay PENDING
+// until a test writes them.
+func startedPlanNobodyRuns(t *testing.T, b *bundle) facade.PlanView {
+	t.Helper()
+	ctx := context.Background()
+	s := spec([]task.StageSpec{noopStage("only")}, "tenant-lost", "tenant-idle")
+	no := false
+	s.Start = &no
+	v := b.create(s)
+	p, _, err := b.store.Plan(ctx, v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(time.Now(), "coord-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.store.UpdatePlan(ctx, p, plan.StatusCreated); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// storeRunning writes tenant's task RUNNING under owner, started (and last
+// heartbeating) at at, as a process that died since would have left it.
+func storeRunning(t *testing.T, b *bundle, tenant, owner string, at time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	tk, _, err := b.store.TaskByTenant(ctx, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prev := tk.Status
+	if err := tk.Start(at, owner, 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.store.WriteTask(ctx, task.Write{Task: tk, PrevStatus: prev, ExpectSeq: tk.Seq, Guard: task.Guard{Fence: 7}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPlanOrphanedCountsOwnLostTasks: a RUNNING task stored under this
 // instance's id that does not run here (an earlier process with the same id
 // died) counts in the plan's orphaned count, as the task view says.
@@ -442,31 +483,8 @@ func TestPlanOrphanedCountsOwnLostTasks(t *testing.T) {
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		b := setup(t, be)
 		ctx := context.Background()
-		s := spec([]task.StageSpec{noopStage("only")}, "tenant-lost", "tenant-idle")
-		no := false
-		s.Start = &no
-		v := b.create(s)
-		p, _, err := b.store.Plan(ctx, v.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Start(time.Now(), "coord-a"); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.store.UpdatePlan(ctx, p, plan.StatusCreated); err != nil {
-			t.Fatal(err)
-		}
-		tk, _, err := b.store.TaskByTenant(ctx, "tenant-lost")
-		if err != nil {
-			t.Fatal(err)
-		}
-		prev := tk.Status
-		if err := tk.Start(time.Now(), "coord-a", 7); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.store.WriteTask(ctx, task.Write{Task: tk, PrevStatus: prev, ExpectSeq: tk.Seq, Guard: task.Guard{Fence: 7}}); err != nil {
-			t.Fatal(err)
-		}
+		v := startedPlanNobodyRuns(t, b)
+		storeRunning(t, b, "tenant-lost", "coord-a", time.Now())
 		eventually(t, 5*time.Second, func() error {
 			pv, err := b.coord.Plan(ctx, v.ID)
 			if err != nil {
@@ -495,34 +513,11 @@ func TestPlanOrphanedCountsRestartedOwnersLostTasks(t *testing.T) {
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		b := setup(t, be, withConfig(func(c *facade.Config) { c.Heartbeat = 20 * time.Millisecond }))
 		ctx := context.Background()
-		s := spec([]task.StageSpec{noopStage("only")}, "tenant-lost", "tenant-idle")
-		no := false
-		s.Start = &no
-		v := b.create(s)
-		p, _, err := b.store.Plan(ctx, v.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Start(time.Now(), "coord-a"); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.store.UpdatePlan(ctx, p, plan.StatusCreated); err != nil {
-			t.Fatal(err)
-		}
+		v := startedPlanNobodyRuns(t, b)
 		time.Sleep(10 * time.Millisecond)
 		b.second("coord-b") // its process starts after the plan was created
-		tk, _, err := b.store.TaskByTenant(ctx, "tenant-lost")
-		if err != nil {
-			t.Fatal(err)
-		}
-		prev := tk.Status
 		// Started by the dead earlier coord-b a while ago: no heartbeat since.
-		if err := tk.Start(time.Now().Add(-time.Minute), "coord-b", 7); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.store.WriteTask(ctx, task.Write{Task: tk, PrevStatus: prev, ExpectSeq: tk.Seq, Guard: task.Guard{Fence: 7}}); err != nil {
-			t.Fatal(err)
-		}
+		storeRunning(t, b, "tenant-lost", "coord-b", time.Now().Add(-time.Minute))
 		eventually(t, 5*time.Second, func() error {
 			if is, err := b.coord.Instances(ctx); err != nil || len(is) < 2 || !is[0].Alive || !is[1].Alive {
 				return fmt.Errorf("instances %v, %v", is, err)
