@@ -293,8 +293,9 @@ func (a *app) flagSet(c command) *flag.FlagSet {
 // returns the positional arguments.
 func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	a.g.register(fs)
-	onceOnly(fs)
+	restore := onceOnly(fs)
 	pos, err := parseInterspersed(fs, args)
+	restore() // the help prints the flags' own types and defaults
 	if errors.Is(err, flag.ErrHelp) {
 		a.help()
 		return nil, errHelp
@@ -312,12 +313,16 @@ func (a *app) parse(fs *flag.FlagSet, args []string) ([]string, error) {
 // statusList) refuse
 // a second value: `--status PAUSED --status RUNNING` is a usage error, not
 // the last one silently (the API refuses a repeated parameter too).
-func onceOnly(fs *flag.FlagSet) {
+// It returns the function that puts the flags' own values back, to call
+// once parsing is done.
+func onceOnly(fs *flag.FlagSet) (restore func()) {
+	own := map[*flag.Flag]flag.Value{}
 	fs.VisitAll(func(f *flag.Flag) {
 		switch f.Value.(type) {
 		case *listFlag, *statusList:
 			return
 		}
+		own[f] = f.Value
 		o := &onceValue{Value: f.Value}
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
 			f.Value = onceBool{o}
@@ -325,6 +330,11 @@ func onceOnly(fs *flag.FlagSet) {
 		}
 		f.Value = o
 	})
+	return func() {
+		for f, v := range own {
+			f.Value = v
+		}
+	}
 }
 
 // onceValue is a flag value that may be set once.

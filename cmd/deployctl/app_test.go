@@ -122,7 +122,17 @@ func TestHelp(t *testing.T) {
 		for _, c := range commandTable() {
 			r := runCLI(t, context.Background(), noServer(t), "", append(strings.Fields(c.name), "-h")...)
 			must(t, r, 0, "stdout", "usage: deployctl "+c.name, "example:\n  deployctl "+c.name)
+			// The flags' own values print (not the wrappers that refuse a
+			// repeated flag while parsing, whose zero value panics there).
+			if strings.Contains(r.stdout+r.stderr, "panic") {
+				t.Errorf("%s -h:\n%s%s", c.name, r.stdout, r.stderr)
+			}
 		}
+		// ... with their types and defaults.
+		r := runCLI(t, context.Background(), noServer(t), "", "plan", "tasks", "-h")
+		must(t, r, 0, "stdout", "-limit int", "-cursor string")
+		r = runCLI(t, context.Background(), noServer(t), "", "events", "-h")
+		must(t, r, 0, "stdout", "(default 100)")
 	})
 }
 
