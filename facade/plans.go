@@ -144,8 +144,8 @@ func (c *Coordinator) Plan(ctx context.Context, planID string) (PlanView, error)
 // round trip, whatever the plan's size); -1 when it cannot tell. A live
 // owner whose process started after the plan was created may count tasks
 // of a dead earlier process with its id (restarted under the same id):
-// then the plan's RUNNING tasks are read and each is judged as the task
-// list judges it (its heartbeat), a read of the running tasks only.
+// then the plan's RUNNING tasks are read (its RUNNING index) and each is
+// judged as the task list judges it (its heartbeat).
 func (c *Coordinator) orphanedCount(ctx context.Context, p *plan.Plan, counts plan.Counts) int {
 	planID := p.ID
 	running := counts[task.StatusRunning]
@@ -178,19 +178,17 @@ func (c *Coordinator) orphanedCount(ctx context.Context, p *plan.Plan, counts pl
 }
 
 // orphanedByTask counts the plan's orphaned RUNNING tasks one by one, as
-// the task list finds them; -1 when they cannot be read.
+// the task list judges them, through the plan's RUNNING index (the
+// cross-plan search's): a read of its running tasks, whatever the plan's
+// size. -1 when they cannot be read.
 func (c *Coordinator) orphanedByTask(ctx context.Context, planID string) int {
 	n, cursor := 0, ""
 	for {
-		ts, next, err := c.store.PlanTasks(ctx, planID, plan.TaskFilter{Status: task.StatusRunning, Cursor: cursor, Limit: plan.LimitMax})
+		ts, next, err := c.store.SearchTasks(ctx, plan.TaskSearch{PlanID: planID, Match: c.orphaned, Cursor: cursor, Limit: plan.LimitMax})
 		if err != nil {
 			return -1
 		}
-		for _, t := range ts {
-			if c.orphaned(t) {
-				n++
-			}
-		}
+		n += len(ts)
 		if next == "" {
 			return n
 		}

@@ -323,13 +323,12 @@ func TestShutdownAfterBeginPausesEndedRuns(t *testing.T) {
 				t.Fatalf("%s paused for %q", tn, tv.Reason)
 			}
 		}
-		eventually(t, 5*time.Second, func() error {
-			if n := b.coord.Running(); n != 0 {
-				return errf("%d runs", n)
-			}
-			return nil
-		})
-		time.Sleep(100 * time.Millisecond) // the plan run ends once its tasks did
+		// Every run and the plan run ended: Shutdown no longer finds them.
+		ictx, icancel := context.WithTimeout(ctx, 5*time.Second)
+		defer icancel()
+		if err := b.coord.Idle(ictx); err != nil {
+			t.Fatalf("runs still going after BeginShutdown: %v", err)
+		}
 		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if err := b.coord.Shutdown(gctx); err != nil {

@@ -518,17 +518,17 @@ func TestPlanOrphanedCountsRestartedOwnersLostTasks(t *testing.T) {
 		b.second("coord-b") // its process starts after the plan was created
 		// Started by the dead earlier coord-b a while ago: no heartbeat since.
 		storeRunning(t, b, "tenant-lost", "coord-b", time.Now().Add(-time.Minute))
-		eventually(t, 5*time.Second, func() error {
-			if is, err := b.coord.Instances(ctx); err != nil || len(is) < 2 || !is[0].Alive || !is[1].Alive {
-				return fmt.Errorf("instances %v, %v", is, err)
+		// And one the live coord-b runs (heartbeating): not orphaned. Until
+		// coord-a sees coord-b alive both count orphaned (2); once it does,
+		// the old count subtracted both (0): 1 only counts right.
+		storeRunning(t, b, "tenant-idle", "coord-b", time.Now())
+		eventually(t, 4*time.Second, func() error {
+			pv, err := b.coord.Plan(ctx, v.ID)
+			if err == nil && (pv.Orphaned != 1 || pv.Counts[task.StatusRunning] != 2) {
+				err = fmt.Errorf("orphaned %d, counts %v; want 1 orphaned of 2 running", pv.Orphaned, pv.Counts)
 			}
-			return nil
+			return err
 		})
-		time.Sleep(200 * time.Millisecond) // coord-a's view of the registry has coord-b alive
-		pv, err := b.coord.Plan(ctx, v.ID)
-		if err != nil || pv.Orphaned != 1 || pv.Counts[task.StatusRunning] != 1 {
-			t.Fatalf("orphaned %d, counts %v, %v; want 1 orphaned", pv.Orphaned, pv.Counts, err)
-		}
 		tv, err := b.coord.TaskByTenant(ctx, "tenant-lost")
 		if err != nil || !tv.Orphaned {
 			t.Fatalf("task view: orphaned %v, %v", tv.Orphaned, err)
