@@ -302,7 +302,8 @@ func planStatuses(ctx context.Context, r PlanReader) (map[plan.Status]int, error
 
 // orphanedTasks sums the orphaned tasks of the newest OrphanPlansMax
 // RUNNING plans: a listing, then one Plan read per plan (two round trips
-// each), scrapeConcurrency at a time. A plan whose count is unknown (-1:
+// each; two more for a plan whose running tasks must be read one by one —
+// see facade's orphaned count), scrapeConcurrency at a time. A plan whose count is unknown (-1:
 // this instance has no recent view of the live instances) or that
 // vanished counts 0.
 func orphanedTasks(ctx context.Context, r PlanReader) (int, error) {
