@@ -230,20 +230,7 @@ func TestSharedPlanDeadClaimer(t *testing.T) {
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		b := setup(t, be, sharedMode)
 		ctx := context.Background()
-		s := spec([]task.StageSpec{noopStage("only")}, "tenant-ghost")
-		no := false
-		s.Start = &no
-		v := b.create(s)
-		p, _, err := b.store.Plan(ctx, v.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Start(time.Now(), "ghost"); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.store.UpdatePlan(ctx, p, plan.StatusCreated); err != nil {
-			t.Fatal(err)
-		}
+		v := startedPlanNobodyRuns(t, b, "ghost", "tenant-ghost")
 		tk, err := b.coord.TaskByTenant(ctx, "tenant-ghost")
 		if err != nil {
 			t.Fatal(err)
@@ -435,13 +422,13 @@ func TestSharedPlanLarge(t *testing.T) {
 	})
 }
 
-// startedPlanNobodyRuns creates a plan of tenant-lost and tenant-idle and
-// marks it RUNNING (owner coord-a) without a run: its tasks stay PENDING
-// until a test writes them.
-func startedPlanNobodyRuns(t *testing.T, b *bundle) facade.PlanView {
+// startedPlanNobodyRuns creates a plan of tenants and marks it RUNNING
+// (owned by owner) without a run: its tasks stay PENDING until a test
+// writes them.
+func startedPlanNobodyRuns(t *testing.T, b *bundle, owner string, tenants ...string) facade.PlanView {
 	t.Helper()
 	ctx := context.Background()
-	s := spec([]task.StageSpec{noopStage("only")}, "tenant-lost", "tenant-idle")
+	s := spec([]task.StageSpec{noopStage("only")}, tenants...)
 	no := false
 	s.Start = &no
 	v := b.create(s)
@@ -449,7 +436,7 @@ func startedPlanNobodyRuns(t *testing.T, b *bundle) facade.PlanView {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Start(time.Now(), "coord-a"); err != nil {
+	if err := p.Start(time.Now(), owner); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.store.UpdatePlan(ctx, p, plan.StatusCreated); err != nil {
@@ -483,7 +470,7 @@ func TestPlanOrphanedCountsOwnLostTasks(t *testing.T) {
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		b := setup(t, be)
 		ctx := context.Background()
-		v := startedPlanNobodyRuns(t, b)
+		v := startedPlanNobodyRuns(t, b, "coord-a", "tenant-lost", "tenant-idle")
 		storeRunning(t, b, "tenant-lost", "coord-a", time.Now())
 		eventually(t, 5*time.Second, func() error {
 			pv, err := b.coord.Plan(ctx, v.ID)
@@ -513,7 +500,7 @@ func TestPlanOrphanedCountsRestartedOwnersLostTasks(t *testing.T) {
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		b := setup(t, be, withConfig(func(c *facade.Config) { c.Heartbeat = 20 * time.Millisecond }))
 		ctx := context.Background()
-		v := startedPlanNobodyRuns(t, b)
+		v := startedPlanNobodyRuns(t, b, "coord-a", "tenant-lost", "tenant-idle")
 		time.Sleep(10 * time.Millisecond)
 		b.second("coord-b") // its process starts after the plan was created
 		// Started by the dead earlier coord-b a while ago: no heartbeat since.
