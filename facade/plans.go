@@ -682,7 +682,7 @@ func (c *Coordinator) RepairCounts(ctx context.Context, planID, reason string, a
 	if err != nil {
 		return PlanView{}, err
 	}
-	counts, err := c.store.RepairCounts(ctx, planID)
+	counts, changed, err := c.store.RepairCounts(ctx, planID)
 	if err != nil {
 		return PlanView{}, translate(err, "plan "+planID)
 	}
@@ -708,9 +708,11 @@ func (c *Coordinator) RepairCounts(ctx context.Context, planID, reason string, a
 	}
 	c.publishPlan(p, "plan.counts_repaired", &a, reason, map[string]any{"counts": data})
 	pv, err := c.Plan(ctx, planID)
-	if err == nil && pv.Plan.Status != p.Status && pv.Plan.Status.Finished() {
+	if changed && err == nil {
 		// The recount let the plan finish (drifted counts held it open):
-		// that end is an event as a task write's would be.
+		// that end is an event as a task write's would be. (Only the
+		// repair's own derivation says so: a task write that finished the
+		// plan meanwhile published it.)
 		c.planStatusChanged(planID, task.WriteResult{PlanStatus: string(pv.Plan.Status), PlanStatusChanged: true})
 	}
 	return pv, err

@@ -38,7 +38,7 @@ type Store interface {
 	// when a filter is set. Returns plan.ErrNotFound.
 	PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) ([]*task.Task, string, error)
 	// RepairCounts recomputes a plan's counts from its task records.
-	RepairCounts(ctx context.Context, planID string) (plan.Counts, error)
+	RepairCounts(ctx context.Context, planID string) (counts plan.Counts, statusChanged bool, err error)
 	// SearchTasks returns the tasks f selects across plans, newest first,
 	// and the cursor of the next page ("" at the end), from indexes kept by
 	// the writes (never reading every task). A page may hold fewer than

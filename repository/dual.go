@@ -375,16 +375,16 @@ func (d *Dual) PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) 
 
 // RepairCounts repairs the counts in Redis and copies them into memory. It
 // fails as unavailable while writes are queued (Redis' records are behind).
-func (d *Dual) RepairCounts(ctx context.Context, planID string) (plan.Counts, error) {
+func (d *Dual) RepairCounts(ctx context.Context, planID string) (plan.Counts, bool, error) {
 	if d.queued() {
-		return nil, &UnavailableError{Op: "repair counts of plan " + planID, msg: "writes to redis are queued (single-instance mode)"}
+		return nil, false, &UnavailableError{Op: "repair counts of plan " + planID, msg: "writes to redis are queued (single-instance mode)"}
 	}
-	c, err := d.r.RepairCounts(ctx, planID)
+	c, changed, err := d.r.RepairCounts(ctx, planID)
 	d.observe(err)
 	if err == nil {
 		d.mem.MirrorCounts(planID, c)
 	}
-	return c, err
+	return c, changed, err
 }
 
 // RunningByOwner reads Redis, or memory (see Dual).

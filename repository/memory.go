@@ -440,16 +440,17 @@ func (m *Memory) PlanTasks(_ context.Context, planID string, f plan.TaskFilter) 
 }
 
 // RepairCounts recomputes a plan's counts from the task records in memory
-// and derives the plan's status again. Returns plan.ErrNotFound.
-func (m *Memory) RepairCounts(_ context.Context, planID string) (plan.Counts, error) {
+// and derives the plan's status again; changed reports that the status
+// changed. Returns plan.ErrNotFound.
+func (m *Memory) RepairCounts(_ context.Context, planID string) (_ plan.Counts, changed bool, _ error) {
 	if err := checkPlanID(planID); err != nil {
-		return nil, fmt.Errorf("repair counts: %w", err)
+		return nil, false, fmt.Errorf("repair counts: %w", err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mp := m.plans[planID]
 	if mp == nil {
-		return nil, fmt.Errorf("repair counts of plan %s: %w", planID, plan.ErrNotFound)
+		return nil, false, fmt.Errorf("repair counts of plan %s: %w", planID, plan.ErrNotFound)
 	}
 	counts := newCounts()
 	fs := m.fresh[planID]
@@ -461,8 +462,9 @@ func (m *Memory) RepairCounts(_ context.Context, planID string) (plan.Counts, er
 		}
 	}
 	mp.counts = counts
+	before := mp.p.Status
 	m.derive(mp, "", "")
-	return copyCounts(counts), nil
+	return copyCounts(counts), mp.p.Status != before, nil
 }
 
 // derive applies plan.Derive to mp after the task move from → to ("" and ""

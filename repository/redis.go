@@ -596,25 +596,27 @@ func (r *Redis) readTasks(ctx context.Context, op string, ids, tenants []string)
 // RepairCounts recomputes a plan's counts and ledger from its task records:
 // it reads the task list and ledger (one round trip), the records in
 // pipelines of Config.Batch, and rewrites the counts hash in one script that
-// also derives the plan's status again. Returns plan.ErrNotFound.
-func (r *Redis) RepairCounts(ctx context.Context, planID string) (plan.Counts, error) {
+// also derives the plan's status again; changed reports that this
+// derivation changed the plan's status (exactly one writer sees a change,
+// as with a task write's PlanStatusChanged). Returns plan.ErrNotFound.
+func (r *Redis) RepairCounts(ctx context.Context, planID string) (_ plan.Counts, changed bool, _ error) {
 	op := "repair counts of plan " + planID
 	pk, err := r.keys.planKeys(planID)
 	if err != nil {
-		return nil, fmt.Errorf("repair counts: %w", err)
+		return nil, false, fmt.Errorf("repair counts: %w", err)
 	}
 	pp := r.c.Pipeline()
 	exists := pp.Exists(ctx, pk.plan)
 	list := pp.LRange(ctx, pk.tasks, 0, -1)
 	led := pp.HGetAll(ctx, pk.counts)
 	if err := transportErr(pp.Exec(ctx)); err != nil {
-		return nil, wrapErr(ctx, op, err)
+		return nil, false, wrapErr(ctx, op, err)
 	}
 	if err := errors.Join(exists.Err(), list.Err(), led.Err()); err != nil {
-		return nil, wrapErr(ctx, op, err)
+		return nil, false, wrapErr(ctx, op, err)
 	}
 	if exists.Val() == 0 {
-		return nil, fmt.Errorf("%s: %w", op, plan.ErrNotFound)
+		return nil, false, fmt.Errorf("%s: %w", op, plan.ErrNotFound)
 	}
 	ids := list.Val()
 	tenants := make([]string, len(ids))
@@ -627,7 +629,7 @@ func (r *Redis) RepairCounts(ctx context.Context, planID string) (plan.Counts, e
 	for start := 0; start < len(ids); start += r.cfg.Batch {
 		end := min(start+r.cfg.Batch, len(ids))
 		if err := r.recount(ctx, op, ids[start:end], tenants[start:end], entries[start:end]); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	args := []any{formatTime(r.now()), r.ttlMs(), plan.ReasonFailureThreshold}
@@ -636,21 +638,22 @@ func (r *Redis) RepairCounts(ctx context.Context, planID string) (plan.Counts, e
 	}
 	v, err := r.run(ctx, repairPlanCountsScript, []string{pk.counts, pk.plan, pk.tasks}, args...)
 	if err != nil {
-		return nil, wrapErr(ctx, op, err)
+		return nil, false, wrapErr(ctx, op, err)
 	}
 	s, err := replySlice(op, v)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if len(s) < 1+len(task.Statuses) {
-		return nil, fmt.Errorf("%s: %w", op, plan.ErrNotFound)
+		return nil, false, fmt.Errorf("%s: %w", op, plan.ErrNotFound)
 	}
 	counts := newCounts()
 	for i, st := range task.Statuses {
 		counts[st] = int(replyInt(s[1+i]))
 	}
+	changed = len(s) > 1+len(task.Statuses) && replyInt(s[1+len(task.Statuses)]) == 1
 	// The status indexes of the search follow the repaired ledger.
-	return counts, r.reindexPlan(ctx, op, planID)
+	return counts, changed, r.reindexPlan(ctx, op, planID)
 }
 
 // recount fills entries with the ledger entries of one batch of task records.

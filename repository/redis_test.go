@@ -128,7 +128,7 @@ func TestRedisHostileIDsWriteNothing(t *testing.T) {
 					return err
 				}(),
 				"Plans cursor": func() error { _, _, err := e.store.Plans(ctx, plan.ListFilter{Cursor: id + "x"}); return err }(),
-				"RepairCounts": func() error { _, err := e.store.RepairCounts(ctx, id); return err }(),
+				"RepairCounts": func() error { _, _, err := e.store.RepairCounts(ctx, id); return err }(),
 			}
 			for name, err := range calls {
 				if !errors.Is(err, task.ErrInvalid) && !errors.Is(err, plan.ErrInvalid) {
@@ -342,7 +342,7 @@ func TestRedisRepairCounts(t *testing.T) {
 		if _, c, _ := e.store.Plan(ctx, fx.plan.ID); c[task.StatusPending] != 99 {
 			t.Fatalf("corruption did not take: %v", c)
 		}
-		got, err := e.store.RepairCounts(ctx, fx.plan.ID)
+		got, _, err := e.store.RepairCounts(ctx, fx.plan.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -376,12 +376,17 @@ func TestRedisRepairRederivesPlan(t *testing.T) {
 		if res := r.complete(); res.PlanStatus != string(plan.StatusRunning) {
 			t.Fatalf("plan status %q with lost counts", res.PlanStatus)
 		}
-		if _, err := e.store.RepairCounts(ctx, fx.plan.ID); err != nil {
-			t.Fatal(err)
+		if _, changed, err := e.store.RepairCounts(ctx, fx.plan.ID); err != nil || !changed {
+			t.Fatalf("repair: changed %v, %v; want the plan's status changed", changed, err)
 		}
 		p, counts, _ := e.store.Plan(ctx, fx.plan.ID)
 		if p.Status != plan.StatusCompleted || counts[task.StatusCompleted] != 2 {
 			t.Fatalf("after repair: plan %s, counts %s", p.Status, countsString(counts))
+		}
+		// Again: nothing to change, and it says so (the plan's end is
+		// published once).
+		if _, changed, err := e.store.RepairCounts(ctx, fx.plan.ID); err != nil || changed {
+			t.Fatalf("second repair: changed %v, %v; want unchanged", changed, err)
 		}
 	})
 }
@@ -745,7 +750,7 @@ func TestTaskByIDOfOlderVersion(t *testing.T) {
 		if err != nil || len(tasks) != 2 || tasks[1].ID != old.ID {
 			t.Fatalf("PlanTasks with a ledger entry without tenant: %v, %v; want both tasks", tasks, err)
 		}
-		counts, err := e.store.RepairCounts(ctx, fx.plan.ID)
+		counts, _, err := e.store.RepairCounts(ctx, fx.plan.ID)
 		if err != nil || counts[task.StatusPending] != 2 {
 			t.Fatalf("RepairCounts = %v, %v; want 2 PENDING", counts, err)
 		}

@@ -355,7 +355,7 @@ func TestSearchTasksRepairReindexes(t *testing.T) {
 		if got := searchAll(t, e, failed); len(got) != 0 {
 			t.Fatalf("FAILED before the repair = %v", got)
 		}
-		if _, err := e.store.RepairCounts(ctx, fx.plan.ID); err != nil {
+		if _, _, err := e.store.RepairCounts(ctx, fx.plan.ID); err != nil {
 			t.Fatal(err)
 		}
 		if got := searchAll(t, e, failed); !slices.Equal(got, []string{fx.tasks[0].ID}) {

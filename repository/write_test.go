@@ -611,7 +611,7 @@ func TestTakeover(t *testing.T) {
 			t.Fatalf("ledger entry after takeover %q", led)
 		}
 		// A repair agrees with the moved counter.
-		if _, err := e.store.RepairCounts(ctx, fx.plan.ID); err != nil {
+		if _, _, err := e.store.RepairCounts(ctx, fx.plan.ID); err != nil {
 			t.Fatal(err)
 		}
 		if a, b := owners(); a != "1" || b != "1" {
@@ -709,7 +709,7 @@ func TestReads(t *testing.T) {
 			{"Timeline", func() error { _, err := e.store.Timeline(ctx, "t-nobody", task.NewID(t0), 10); return err }(), task.ErrNotFound},
 			{"Plan", func() error { _, _, err := e.store.Plan(ctx, plan.NewID(t0)); return err }(), plan.ErrNotFound},
 			{"PlanTasks", func() error { _, _, err := e.store.PlanTasks(ctx, plan.NewID(t0), plan.TaskFilter{}); return err }(), plan.ErrNotFound},
-			{"RepairCounts", func() error { _, err := e.store.RepairCounts(ctx, plan.NewID(t0)); return err }(), plan.ErrNotFound},
+			{"RepairCounts", func() error { _, _, err := e.store.RepairCounts(ctx, plan.NewID(t0)); return err }(), plan.ErrNotFound},
 			{"UpdatePlan", e.store.UpdatePlan(ctx, &plan.Plan{ID: plan.NewID(t0), Status: plan.StatusPaused}), plan.ErrNotFound},
 		}
 		for _, tt := range notFound {

@@ -14,7 +14,8 @@
 -- ARGV[2] -> TTL in milliseconds
 -- ARGV[3] -> reason of a pause by the failure threshold
 -- ARGV[4 ..] -> task id, recounted ledger entry, task id, entry, ...
--- Returns {plan status, PENDING, RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED}.
+-- Returns {plan status, PENDING, RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED,
+-- 1 if this repair's derivation changed the plan's status else 0}.
 
 if redis.call('EXISTS', KEYS[2]) == 0 then return {''} end
 local ids, entries = {}, {}
@@ -61,8 +62,10 @@ for owner, n in pairs(owners) do
   fields[#fields + 1] = n
 end
 redis.call('HSET', KEYS[1], unpack(fields))
+local before = redis.call('HGET', KEYS[2], 'status')
 local status = derive_plan(KEYS[1], KEYS[2], ARGV[1], ARGV[3], '', '')
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
 local out = {status}
 for _, s in ipairs(statuses) do out[#out + 1] = counts[s] end
+if status ~= before then out[#out + 1] = 1 else out[#out + 1] = 0 end
 return out
