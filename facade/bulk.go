@@ -116,10 +116,25 @@ func (c *Coordinator) RetryPlan(ctx context.Context, planID string, req PlanRetr
 		return PlanRetryResult{}, err
 	}
 	res := PlanRetryResult{PlanID: planID, Selected: len(selected), Retried: []string{}, Skipped: []RetrySkip{}, DryRun: req.DryRun}
+	// A cancel of the plan while this retry goes through its tenants stops
+	// it: each tenant's retry reads the plan, and once it reads CANCELLED
+	// (it was not when the retry began) the rest are skipped. (A tenant
+	// being written at the cancel's very moment may still reopen the plan.)
+	var cancelled error
+	planOK := func(cur *plan.Plan) error {
+		if cur.Status == plan.StatusCancelled && p.Status != plan.StatusCancelled {
+			cancelled = wrapf(ErrPlanFinished, "plan %s was cancelled after this bulk retry began (%s); this tenant and the rest were not retried", planID, task.Quote(cur.Reason))
+		}
+		return cancelled
+	}
 	for _, t := range selected {
+		if cancelled != nil {
+			res.Skipped = append(res.Skipped, RetrySkip{TenantID: t.TenantID, TaskID: t.ID, Err: cancelled})
+			continue
+		}
 		one := RetryRequest{FromCheckpoint: req.FromCheckpoint, FromStage: req.FromStage, Reason: req.Reason,
 			DryRun: req.DryRun, ExpectedAttempt: t.Attempt}
-		if _, err := c.retryTask(ctx, t.TenantID, t.ID, one, a); err != nil {
+		if _, err := c.retryTask(ctx, t.TenantID, t.ID, one, a, planOK); err != nil {
 			res.Skipped = append(res.Skipped, RetrySkip{TenantID: t.TenantID, TaskID: t.ID, Err: err})
 			continue
 		}

@@ -73,13 +73,15 @@ func (r RetryRequest) validate() error {
 // ExpectedAttempt is stale, and ErrTenantLocked when another task holds the
 // tenant. Of two people retrying at once exactly one wins.
 func (c *Coordinator) Retry(ctx context.Context, tenantID string, req RetryRequest, a Actor) (RetryResult, error) {
-	return c.retryTask(ctx, tenantID, "", req, a)
+	return c.retryTask(ctx, tenantID, "", req, a, nil)
 }
 
 // retryTask is Retry of the tenant's current task; when taskID is set, that
 // task must be the tenant's current one (ErrInvalidState otherwise: a newer
-// task of the tenant would be undone by re-running an older one).
-func (c *Coordinator) retryTask(ctx context.Context, tenantID, taskID string, req RetryRequest, a Actor) (RetryResult, error) {
+// task of the tenant would be undone by re-running an older one). planOK,
+// when set, checks the task's plan as read for this retry (a bulk retry
+// stops when the plan was cancelled after it began).
+func (c *Coordinator) retryTask(ctx context.Context, tenantID, taskID string, req RetryRequest, a Actor, planOK func(*plan.Plan) error) (RetryResult, error) {
 	if err := checkTenant(tenantID); err != nil {
 		return RetryResult{}, err
 	}
@@ -100,6 +102,11 @@ func (c *Coordinator) retryTask(ctx context.Context, tenantID, taskID string, re
 	p, stages, err := c.planStages(ctx, t.PlanID)
 	if err != nil {
 		return RetryResult{}, err
+	}
+	if planOK != nil {
+		if err := planOK(p); err != nil {
+			return RetryResult{}, err
+		}
 	}
 	rs, err := retryPlan(req, p, ck)
 	if err != nil {
@@ -170,6 +177,11 @@ func (c *Coordinator) retriable(t *task.Task, expectedAttempt int) error {
 	case t.Status == task.StatusCompleted:
 		return wrapf(ErrTaskCompleted, "task %s of tenant %s is completed: a completed task is not run again; "+
 			"to deploy to this tenant again, create a new plan for it (POST /v1/plans with tenants [%s])", t.ID, t.TenantID, t.TenantID)
+	case t.Status == task.StatusPending && t.Attempt > 0:
+		// Queued again by a retry or a resume (perhaps someone else's, just
+		// now): it runs when an instance has room in its plan.
+		return wrapf(ErrTaskPending, "task %s of tenant %s is queued to run again (attempt %d, by a retry or resume): "+
+			"it starts when an instance has room under plan %s's maxConcurrency; there is nothing to retry", t.ID, t.TenantID, t.Attempt, t.PlanID)
 	case t.Status == task.StatusPending:
 		return wrapf(ErrTaskPending, "task %s of tenant %s has not started; start or resume plan %s", t.ID, t.TenantID, t.PlanID)
 	case t.Status == task.StatusRunning && !c.orphaned(t):

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/deploycoord/deploycoord/facade"
 	"github.com/deploycoord/deploycoord/internal/redistest"
 	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/tenantlock"
 )
@@ -331,5 +333,99 @@ func TestRepairThatFinishesPlanOnFeed(t *testing.T) {
 			}
 			return nil
 		})
+	})
+}
+
+// afterWrites is a Redis store that calls then once, right after the nth
+// task write out of FAILED (a retry's) it lets through.
+type afterWrites struct {
+	*repository.Redis
+	n, at int32
+	mu    sync.Mutex
+	then  func()
+}
+
+func (s *afterWrites) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, error) {
+	res, err := s.Redis.WriteTask(ctx, w)
+	s.mu.Lock()
+	if w.PrevStatus == task.StatusFailed && err == nil {
+		s.n++
+	}
+	then := s.then
+	if s.n != s.at {
+		then = nil
+	} else {
+		s.then = nil
+	}
+	s.mu.Unlock()
+	if then != nil {
+		then()
+	}
+	return res, err
+}
+
+// TestPlanCancelStopsBulkRetry: a plan cancelled (on another instance)
+// while a bulk retry goes through its failed tenants stops that retry: the
+// tenants after the cancel are skipped with PLAN_FINISHED, and the plan stays
+// CANCELLED — where the bulk retry used to go on, reopen the plan and deploy
+// the rest after the cancel had answered 200 (found by a chaos run).
+func TestPlanCancelStopsBulkRetry(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		ctx := context.Background()
+		ts := make([]string, 8)
+		for i := range ts {
+			ts[i] = fmt.Sprintf("bc-%d", i)
+			b.target.script(ts[i], "deploy", 500, 200)
+		}
+		v := b.create(spec([]task.StageSpec{b.httpStage("deploy", task.RetryPolicy{})}, ts...))
+		b.waitPlan(b.coord, v.ID, plan.StatusFailed)
+		store := &afterWrites{Redis: b.store, at: 3, then: func() {
+			if _, err := b.coord.CancelPlan(ctx, v.ID, "INC-7 stop it", anyone); err != nil {
+				t.Error(err)
+			}
+		}}
+		x := newCoordinator(t, b, store, b.locks, "coord-x", nil)
+		res, err := x.RetryPlan(ctx, v.ID, facade.PlanRetryRequest{Statuses: []task.Status{task.StatusFailed}, Reason: "INC-7 target fixed"}, anyone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Retried) != 3 || len(res.Skipped) != len(ts)-3 {
+			t.Fatalf("bulk retry: retried %v, skipped %d; want 3 retried, the rest skipped", res.Retried, len(res.Skipped))
+		}
+		for _, sk := range res.Skipped {
+			if !errors.Is(sk.Err, facade.ErrPlanFinished) || !strings.Contains(sk.Err.Error(), "cancelled after this bulk retry began") {
+				t.Errorf("skipped %s: %v; want PLAN_FINISHED, cancelled meanwhile", sk.TenantID, sk.Err)
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+		b.idle(b.coord)
+		if pv, err := b.coord.Plan(ctx, v.ID); err != nil || pv.Plan.Status != plan.StatusCancelled {
+			t.Fatalf("plan after the cancel: %s, %v; want CANCELLED", pv.Plan.Status, err)
+		}
+	})
+}
+
+// TestRetryOfQueuedRetrySaysQueued: a retry of a task another retry has
+// just queued (PENDING at its next attempt, waiting for room in its plan)
+// is TASK_PENDING saying so — not "has not started; start or resume the
+// plan", which a chaos run found given to the loser of two retries.
+func TestRetryOfQueuedRetrySaysQueued(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		ctx := context.Background()
+		b.target.script("qr-1", "deploy", 500, 200)
+		s := spec([]task.StageSpec{b.httpStage("deploy", task.RetryPolicy{}), gateStage("hold")}, "qr-1", "qr-2")
+		s.MaxConcurrency = 1
+		b.create(s)
+		b.waitTask(b.coord, "qr-1", task.StatusFailed)
+		b.gates.wait(t, "qr-2", "hold") // the plan's only permit is busy
+		if _, err := b.coord.Retry(ctx, "qr-1", facade.RetryRequest{Reason: "INC-8 first"}, anyone); err != nil {
+			t.Fatal(err)
+		}
+		_, err := b.coord.Retry(ctx, "qr-1", facade.RetryRequest{Reason: "INC-8 second"}, anyone)
+		if !errors.Is(err, facade.ErrTaskPending) || !strings.Contains(err.Error(), "queued to run again (attempt 2") {
+			t.Fatalf("retry of a queued retry: %v; want TASK_PENDING saying it is queued", err)
+		}
 	})
 }
