@@ -45,7 +45,11 @@ type PlanRetryResult struct {
 	Selected int
 	Retried  []string
 	Skipped  []RetrySkip
-	DryRun   bool
+	// NotSelected are the tenants the request named (Tenants) that the
+	// selection did not hold: no task of this plan, or one in another
+	// status (or not orphaned). Nothing was done to them.
+	NotSelected []string
+	DryRun      bool
 }
 
 func (r PlanRetryRequest) validate() error {
@@ -115,7 +119,18 @@ func (c *Coordinator) RetryPlan(ctx context.Context, planID string, req PlanRetr
 	if err != nil {
 		return PlanRetryResult{}, err
 	}
-	res := PlanRetryResult{PlanID: planID, Selected: len(selected), Retried: []string{}, Skipped: []RetrySkip{}, DryRun: req.DryRun}
+	res := PlanRetryResult{PlanID: planID, Selected: len(selected), Retried: []string{}, Skipped: []RetrySkip{}, NotSelected: []string{}, DryRun: req.DryRun}
+	if len(req.Tenants) > 0 {
+		in := make(map[string]bool, len(selected))
+		for _, t := range selected {
+			in[t.TenantID] = true
+		}
+		for _, id := range req.Tenants {
+			if !in[id] {
+				res.NotSelected = append(res.NotSelected, id)
+			}
+		}
+	}
 	// A cancel of the plan while this retry goes through its tenants stops
 	// it: each tenant's retry reads the plan, and once it reads CANCELLED
 	// (it was not when the retry began) the rest are skipped. (A tenant

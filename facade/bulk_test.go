@@ -72,10 +72,14 @@ func TestRetryPlan(t *testing.T) {
 		t.Run("NarrowedToTenants", func(t *testing.T) {
 			b.target.script("t-a", "verify", 200)
 			req := failed
-			req.Tenants = []string{"t-a", "t-ok"}
+			req.Tenants = []string{"t-a", "t-ok", "t-elsewhere"}
 			res, err := b.coord.RetryPlan(ctx, v.ID, req, anyone)
 			if err != nil || res.Selected != 1 || !slices.Equal(res.Retried, []string{"t-a"}) {
 				t.Fatalf("narrowed retry: %+v %v", res, err)
+			}
+			// Named but not selected (completed here; not in this plan): said so.
+			if !slices.Equal(res.NotSelected, []string{"t-ok", "t-elsewhere"}) {
+				t.Fatalf("narrowed retry: not selected %v, want [t-ok t-elsewhere]", res.NotSelected)
 			}
 			b.waitTask(b.coord, "t-a", task.StatusCompleted)
 		})

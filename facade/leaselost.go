@@ -27,6 +27,6 @@ func leaseLostReason(err error) string {
 		return "This instance stopped while Redis was not confirming the tenant's lock, so the run stopped without writing; " +
 			"retry the task or resume the plan."
 	}
-	return "The tenant's lock lapsed before Redis could confirm it (Redis slow or unreachable), so this instance stopped the run " +
-		"without writing; retry the task once Redis answers."
+	return "The tenant's lock lapsed or vanished before Redis could confirm it (Redis slow, unreachable, or restarted without it), " +
+		"so this instance stopped the run without writing; retry the task once Redis answers."
 }

@@ -681,7 +681,14 @@ func (r *taskRun) heartbeat(lease Lease, cancel context.CancelCauseFunc) (stop f
 			// by itself. The renewer (or the next boundary) settles it.
 			r.log.Warn().Err(err).Msg("heartbeat found the lock key gone; lease unconfirmed")
 		case errors.As(err, &refused):
-			r.log.Error().Err(err).Msg("heartbeat refused: another instance owns the task")
+			msg := "heartbeat refused: another instance owns the task"
+			switch {
+			case refused.Reason == task.RefusedMissing:
+				msg = "heartbeat refused: the task's record is gone from Redis (a restart without persistence, or a deleted key)"
+			case refused.Reason == task.RefusedLock && refused.Owner == r.c.cfg.Instance:
+				msg = "heartbeat refused: the tenant's lock holds another value (released by hand, or lost by Redis)"
+			}
+			r.log.Error().Err(err).Msg(msg)
 			cancel(fmt.Errorf("%w: heartbeat refused: %w", tenantlock.ErrLeaseRefused, err))
 			again = false // every further beat would be refused too
 		case err != nil:

@@ -25,6 +25,9 @@ type PlanRetry struct {
 	Selected int         `json:"selected"`
 	Retried  []string    `json:"retried"`
 	Skipped  []RetrySkip `json:"skipped"`
+	// NotSelected: tenants named in the request that the selection did not
+	// hold (not in this plan, or in another status); nothing was done.
+	NotSelected []string `json:"notSelected"`
 }
 
 // RetrySkip is a selected task a bulk retry did not retry.
@@ -61,9 +64,12 @@ func (a *api) retryPlan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := PlanRetry{PlanID: res.PlanID, DryRun: res.DryRun, Selected: res.Selected,
-		Retried: res.Retried, Skipped: make([]RetrySkip, len(res.Skipped))}
+		Retried: res.Retried, Skipped: make([]RetrySkip, len(res.Skipped)), NotSelected: res.NotSelected}
 	if out.Retried == nil {
 		out.Retried = []string{}
+	}
+	if out.NotSelected == nil {
+		out.NotSelected = []string{}
 	}
 	for i, sk := range res.Skipped {
 		_, code, detail, known := classify(sk.Err)
