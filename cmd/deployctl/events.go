@@ -80,8 +80,27 @@ func (a *app) events(ctx context.Context, fs *flag.FlagSet, args []string) error
 	if a.json() {
 		return printJSON(a.stdout, raw)
 	}
+	// A filtered page examines a bounded stretch of the feed and may come
+	// back short, even empty, with events further on: read on from its
+	// cursor until the page is full, the cursor stops moving (the end of
+	// the feed) or eventsPagesMax pages were read.
+	events, cursor := page.Events, *after
+	for pages := 1; len(events) < *limit && page.NextCursor != "" && page.NextCursor != cursor && pages < eventsPagesMax; pages++ {
+		cursor = page.NextCursor
+		q.Set("after", cursor)
+		page = httpapi.Feed{}
+		if _, err := a.cli.getJSON(ctx, "/v1/events", q, &page); err != nil {
+			return err
+		}
+		events = append(events, page.Events...)
+	}
+	if len(events) > *limit {
+		events = events[:*limit]
+		// (The cursor to resume from is then the last one printed.)
+		page.NextCursor = events[len(events)-1].ID
+	}
 	a.eventHeader()
-	if err := a.printEvents(page.Events, nil); err != nil {
+	if err := a.printEvents(events, nil); err != nil {
 		return err
 	}
 	if page.NextCursor != "" {
@@ -89,6 +108,10 @@ func (a *app) events(ctx context.Context, fs *flag.FlagSet, args []string) error
 	}
 	return nil
 }
+
+// eventsPagesMax bounds the pages a filtered `deployctl events` reads to
+// fill one page.
+const eventsPagesMax = 50
 
 // follow long-polls the feed until ctx ends (which is success, exit 0:
 // Ctrl-C is how a follow stops) and then prints the cursor to resume from. Each request waits up to wait for an event and has

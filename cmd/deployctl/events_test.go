@@ -34,6 +34,9 @@ type feed struct {
 	queries []url.Values
 	// fail holds statuses to answer, one per request, before serving.
 	fail []int
+	// examine, when set, bounds the events a request looks at, as the real
+	// feed bounds a filtered read (a page may come back short or empty).
+	examine int
 }
 
 func newFeed(t *testing.T) *feed {
@@ -86,14 +89,15 @@ func (f *feed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	timeout := time.After(wait)
 	for {
 		f.mu.Lock()
-		page, next := []map[string]any{}, q.Get("after")
+		page, next, examined := []map[string]any{}, q.Get("after"), 0
 		for _, e := range f.events {
 			if seq(e["id"].(string)) <= after {
 				continue
 			}
-			if len(page) == limit {
+			if len(page) == limit || (f.examine > 0 && examined == f.examine) {
 				break
 			}
+			examined++
 			next = e["id"].(string)
 			if (q.Get("tenantId") == "" || q.Get("tenantId") == e["tenantId"]) &&
 				(q.Get("planId") == "" || q.Get("planId") == e["planId"]) &&
@@ -221,6 +225,25 @@ func TestEventsPage(t *testing.T) {
 	}
 	if q := f.seen()[1]; q.Get("after") != "1-0" {
 		t.Fatalf("query = %v", q)
+	}
+}
+
+// TestEventsPageReadsOn: a filtered read may answer a short or empty page
+// with events further on (the feed examines a bounded stretch); deployctl
+// events reads on from its cursor until the page is full or the feed ends,
+// where it used to print an empty table.
+func TestEventsPageReadsOn(t *testing.T) {
+	t.Parallel()
+	f := newFeed(t)
+	f.examine = 2
+	f.add(event("task.started", "t-1", nil), event("task.completed", "t-1", nil), event("task.started", "t-2", nil),
+		event("task.completed", "t-2", nil), event("plan.completed", "", nil), event("task.started", "t-3", nil))
+	env := map[string]string{"DEPLOYCTL_SERVER": f.url, "DEPLOYCTL_TOKEN": testToken}
+	r := runCLI(t, context.Background(), env, "", "events", "--type", "plan.completed", "--limit", "5")
+	must(t, r, 0, "stdout", "plan.completed")
+	must(t, r, 0, "stderr", "next: --after 6-0\n") // the end of the feed
+	if n := len(f.seen()); n != 4 {
+		t.Fatalf("%d requests, want 4 (three pages of two, then one that finds the end)", n)
 	}
 }
 
