@@ -198,8 +198,14 @@ func checkText(s string, maxLen int) error {
 		return fmt.Errorf("must be valid UTF-8")
 	}
 	for _, r := range s {
-		if unicode.IsControl(r) {
+		switch {
+		case unicode.IsControl(r):
 			return fmt.Errorf("must not contain control characters")
+		case unicode.Is(unicode.Bidi_Control, r) || unicode.In(r, unicode.Zl, unicode.Zp):
+			// They make a log line, the timeline or the console show other
+			// text than the one stored (a right-to-left override, a line
+			// break that is not one).
+			return fmt.Errorf("must not contain bidirectional controls or line separators (%U)", r)
 		}
 	}
 	return nil

@@ -398,6 +398,11 @@ func TestCheckReason(t *testing.T) {
 		{"Err/Newline", "fix\nlevel=error msg=forged", false},
 		{"Err/NUL", "fix\x00", false},
 		{"Err/InvalidUTF8", "fix\xfe", false},
+		{"Err/RightToLeftOverride", "approved\u202e devorppa ton", false},
+		{"Err/LineSeparator", "fix\u2028level=error msg=forged", false},
+		{"Err/ParagraphSeparator", "fix\u2029x", false},
+		{"Err/Isolate", "fix \u2066x\u2069", false},
+		{"OK/ZeroWidthJoiner", "on-call 👩\u200d💻 approved", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
