@@ -218,6 +218,24 @@ func (b *bundle) waitPlan(c *facade.Coordinator, planID string, want ...plan.Sta
 	return v
 }
 
+// waitCounts waits (up to within) until the plan's counts, as c reads
+// them, hold want for every status it names.
+func (b *bundle) waitCounts(c *facade.Coordinator, planID string, within time.Duration, want map[task.Status]int) {
+	b.t.Helper()
+	eventually(b.t, within, func() error {
+		pv, err := c.Plan(context.Background(), planID)
+		if err != nil {
+			return err
+		}
+		for s, n := range want {
+			if pv.Counts[s] != n {
+				return fmt.Errorf("counts %v, want %v", pv.Counts, want)
+			}
+		}
+		return nil
+	})
+}
+
 // waitTask waits until the tenant's task has status want (and, if the
 // status is final or paused, no run of it is left on any coordinator).
 func (b *bundle) waitTask(c *facade.Coordinator, tenant string, want task.Status) facade.TaskView {

@@ -3,7 +3,6 @@ package facade_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -52,16 +51,7 @@ func TestMalformedRecordStart(t *testing.T) {
 		b.gates.openAll()
 
 		// mal-c completes; mal-b stays RUNNING, its lock let go.
-		eventually(t, 10*time.Second, func() error {
-			pv, err := b.coord.Plan(ctx, v.ID)
-			if err != nil {
-				return err
-			}
-			if pv.Counts[task.StatusCompleted] != 2 || pv.Counts[task.StatusRunning] != 1 {
-				return fmt.Errorf("counts %v", pv.Counts)
-			}
-			return nil
-		})
+		b.waitCounts(b.coord, v.ID, 10*time.Second, map[task.Status]int{task.StatusCompleted: 2, task.StatusRunning: 1})
 		_, err = b.coord.TaskByTenant(ctx, "mal-b")
 		if !facade.IsMalformed(err) || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "field params") {
 			t.Fatalf("query of the malformed task: %v; want a malformed-record error naming %s and its field", err, key)

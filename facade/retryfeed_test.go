@@ -129,16 +129,7 @@ func TestPlanEventsOnce(t *testing.T) {
 		}
 		b.gates.openAll()
 		b.waitPlan(b.coord, v.ID, plan.StatusPaused)
-		eventually(t, 10*time.Second, func() error {
-			pv, err := b.coord.Plan(ctx, v.ID)
-			if err != nil {
-				return err
-			}
-			if pv.Counts[task.StatusRunning] != 0 {
-				return fmt.Errorf("counts %v", pv.Counts)
-			}
-			return nil
-		})
+		b.waitCounts(b.coord, v.ID, 10*time.Second, map[task.Status]int{task.StatusRunning: 0})
 		if _, err := b.coord.ResumePlan(ctx, v.ID, facade.ResumeOptions{Reason: "INC-5 go on"}, anyone); err != nil {
 			t.Fatal(err)
 		}

@@ -170,16 +170,7 @@ func TestSharedPlanPauseResumeCancel(t *testing.T) {
 		// The other instance sees the pause on its next poll of the plan.
 		time.Sleep(4 * b.cfg.PlanPoll)
 		b.gates.openAll()
-		eventually(t, 15*time.Second, func() error {
-			pv, err := b.coord.Plan(ctx, v.ID)
-			if err != nil {
-				return err
-			}
-			if pv.Counts[task.StatusPaused] != 4 || pv.Counts[task.StatusPending] != 6 {
-				return errf("counts %v", pv.Counts)
-			}
-			return nil
-		})
+		b.waitCounts(b.coord, v.ID, 15*time.Second, map[task.Status]int{task.StatusPaused: 4, task.StatusPending: 6})
 		b.idle(b.coord)
 		b.idle(other)
 		if pv, _ := b.coord.Plan(ctx, v.ID); pv.Counts[task.StatusPending] != 6 || pv.Status != plan.StatusPaused {
