@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -441,5 +442,49 @@ func TestFaultRedisPausedLockWaiter(t *testing.T) {
 	}
 	if err := checkExclusive(tg.snapshot()); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestFaultShutdownDuringOutage: SIGTERM while Redis does not answer (it is
+// paused with SIGSTOP) and stages are running. The instance cannot write
+// its tasks PAUSED nor release their locks; each of those best-effort
+// writes would wait out its own Redis timeout, so without a bound the
+// process took tens of seconds past its grace (39s with a 3s grace in a
+// chaos run). It must give up at its shutdown limit (grace + HTTP drain +
+// the last writes' budget), say so and exit with status 1.
+func TestFaultShutdownDuringOutage(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	d := newDrill(t, srv)
+	tg := newFaultTarget(t)
+	tg.setDelay("push", 20*time.Second)
+	a := d.start("coord-a", "DEPLOYCOORD_SHUTDOWN_GRACE=1s")
+	var ids []string
+	for i := range 4 {
+		ids = append(ids, fmt.Sprintf("sd-out-%d", i))
+	}
+	a.createPlan(map[string]any{"name": "drill-shutdown-outage", "stages": outageStages(tg), "tenants": tenants(ids...), "maxConcurrency": 2})
+	tg.waitCall(15*time.Second, "open call", func(c stageCall) bool { return c.Open })
+
+	srv.Stop()
+	defer srv.Cont()
+	signalled := time.Now()
+	a.signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(shutdownLimit(time.Second) + 20*time.Second):
+		t.Fatalf("coord-a still running %s after SIGTERM, its shutdown limit is %s", time.Since(signalled).Round(time.Millisecond), shutdownLimit(time.Second))
+	}
+	took := time.Since(signalled)
+	d.figure("exit after SIGTERM with Redis paused (grace 1s)", took.Round(time.Millisecond))
+	if code := a.wait(); code != 1 {
+		t.Errorf("exit status %d, want 1 (a shutdown cut short)", code)
+	}
+	l, ok := a.findLog(signalled, "shutdown cut short")
+	if !ok {
+		t.Fatalf("no %q log line", "shutdown cut short")
+	}
+	if !strings.Contains(l.Raw, "orphaned") {
+		t.Errorf("the log line does not tell what to do about the tasks left: %s", l.Raw)
 	}
 }

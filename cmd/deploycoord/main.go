@@ -70,12 +70,38 @@ func main() {
 		os.Exit(code)
 	}
 	<-ctx.Done()
+	// A second SIGTERM or SIGINT from here on ends the process at once
+	// (the signals' default action).
 	stop()
-	m.Log.Info().Dur("grace", m.Config.ShutdownGrace).Msg("shutting down")
-	if err := m.Close(); err != nil {
-		m.Log.Error().Err(err).Msg("shutdown")
+	limit := shutdownLimit(m.Config.ShutdownGrace)
+	m.Log.Info().Dur("grace", m.Config.ShutdownGrace).Dur("limit", limit).Msg("shutting down")
+	closed := make(chan error, 1)
+	go func() { closed <- m.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			m.Log.Error().Err(err).Msg("shutdown")
+			os.Exit(1)
+		}
+	case <-time.After(limit):
+		// Redis does not answer (or a write hangs): every best-effort
+		// step of the shutdown would wait out its own timeout. The process
+		// goes now, as after a crash.
+		m.Log.Error().Dur("limit", limit).Msg("shutdown cut short: the last writes did not finish within the shutdown limit (is Redis answering?); " +
+			"tasks this instance ran and could not write PAUSED stay RUNNING under its id, their locks expire with their lease, and they show orphaned: retry them")
 		os.Exit(1)
 	}
+}
+
+// shutdownLastWrites is what a shutdown is given, past the grace period and
+// the HTTP drain, for its last writes: the tasks and plans written PAUSED,
+// the locks released, the feed flushed, the instance deregistered.
+const shutdownLastWrites = 10 * time.Second
+
+// shutdownLimit is how long the process may take after SIGTERM before it
+// exits whatever is left undone.
+func shutdownLimit(grace time.Duration) time.Duration {
+	return grace + httpShutdownTimeout + shutdownLastWrites
 }
 
 var errHelp = errors.New("help requested")
