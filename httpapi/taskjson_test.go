@@ -10,16 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/deploycoord/deploycoord/internal/jsonenc/jsonenctest"
 	"github.com/deploycoord/deploycoord/task"
 )
 
 // hostileStrings are values the hand-written encoder must quote exactly as
 // encoding/json does.
-var hostileStrings = []string{
-	"", "t-1", "tenant-{x}:*?[a]", "a\"b\\c", "<script>&amp;</script>",
-	"\x00\x01\x1f\x7f", "\b\f\n\r\t", "\u2028\u2029", "héllo wörld ✓ 🚀",
-	"\xff\xfe bad utf8 \xc3", "\xe2\x80", "x\xed\xa0\x80y", strings.Repeat("ab<", 200),
-}
+var hostileStrings = jsonenctest.Hostile
 
 func sampleDetail() *TaskDetail {
 	at := time.Date(2026, 11, 28, 11, 4, 5, 123456789, time.UTC)

@@ -8,14 +8,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/deploycoord/deploycoord/internal/jsonenc/jsonenctest"
 )
 
 // hostile are strings the encoders must quote exactly as encoding/json does.
-var hostile = []string{
-	"", "t-1", "tenant-{x}:*?[a]", "a\"b\\c", "<script>&amp;</script>",
-	"\x00\x01\x1f\x7f", "\b\f\n\r\t", "\u2028\u2029", "héllo wörld ✓ 🚀",
-	"\xff\xfe bad utf8 \xc3", "\xe2\x80", "x\xed\xa0\x80y", "\uFFFD", strings.Repeat("ab<", 200),
-}
+var hostile = jsonenctest.Hostile
 
 func same(t *testing.T, what string, got []byte, gotErr error, v any) {
 	t.Helper()
