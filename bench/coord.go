@@ -230,7 +230,7 @@ func (e *env) newNamedInstance(client redis.UniversalClient, prefix string, o in
 		return nil, err
 	}
 	keys := redisStore.Keys()
-	store := repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), redisStore)
+	store := repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), redisStore, repository.DualConfig{SharedWork: o.shared})
 	locks, err := redislock.New(client, redislock.Config{
 		Lease:    facade.LeaseDefault,
 		LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },

@@ -37,7 +37,7 @@ func BenchmarkPlanNoop(b *testing.B) {
 		b.Fatal(err)
 	}
 	keys := rs.Keys()
-	store := repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), rs)
+	store := repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), rs, repository.DualConfig{SharedWork: true})
 	locks, err := redislock.New(client, redislock.Config{
 		LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
 		FenceKey: func(t string) string { k, _ := keys.Fence(t); return k },

@@ -304,19 +304,13 @@ func (pr *planRun) requeue(e plan.QueueEntry, front bool) bool {
 // status still fits; it reports whether it should be queued again.
 func (pr *planRun) runClaimed(e plan.QueueEntry) (again bool) {
 	c := pr.c
-	t := c.createdTask(e)
-	if t == nil {
-		if bt := pr.blindTask(e); bt != nil {
-			if again, done := c.startBlind(pr, bt); done {
-				return again
-			}
-			// Not settled without the task as stored: read it.
+	if bt := pr.blindTask(e); bt != nil {
+		if again, done := c.startBlind(pr, bt); done {
+			return again
 		}
+		// Not settled without the task as stored: read it.
 	}
-	var err error
-	if t == nil {
-		t, err = c.readQueued(e)
-	}
+	t, err := c.readQueued(e)
 	if err != nil {
 		if IsUnavailable(err) {
 			return true
@@ -344,21 +338,6 @@ func (pr *planRun) runClaimed(e plan.QueueEntry) (again bool) {
 	// Anything else was started, finished or changed by someone since it
 	// was queued (a dead instance's RUNNING task, say: never restarted).
 	return false
-}
-
-// createdQueue is a WorkQueue that may answer a claimed entry's task from
-// memory (repository.Dual: the start entry of a task it created).
-type createdQueue interface {
-	CreatedQueuedTask(e plan.QueueEntry) *task.Task
-}
-
-// createdTask is the task of a claimed entry from the queue's memory (no
-// deadline needed), or nil when the store has to answer.
-func (c *Coordinator) createdTask(e plan.QueueEntry) *task.Task {
-	if cq, ok := c.queue.(createdQueue); ok {
-		return cq.CreatedQueuedTask(e)
-	}
-	return nil
 }
 
 // readQueued reads the task of a claimed entry from the store.

@@ -329,14 +329,10 @@
 // mirrors accepted writes into a Memory with DropFinished, which keeps only
 // unfinished tasks and plans; a write's checkpoint and events are encoded
 // once for both. It reads Redis and falls back to memory only when Redis is
-// unreachable, reporting Degraded until a Redis call succeeds again — with
-// one exception: QueuedTask answers the start entry of a task it created
-// and never wrote since from memory (Memory.FreshTask, no round trip; with
-// several instances only). Such a copy is PENDING with seq 0 as created; if
-// another instance wrote the task in Redis, the start from it is refused
-// (seq), and a refused write takes the copy out of the fresh set
-// (Memory.Unfresh), so the next read goes to Redis. A start entry of a task
-// another instance created needs no read either: the coordinator starts it
+// unreachable, reporting Degraded until a Redis call succeeds again. With
+// shared plans (DualConfig.SharedWork) a plan it creates is not mirrored
+// (other instances finish its tasks: memory would hold it for good), and a
+// start entry of a shared plan needs no read: the coordinator starts it
 // blind (task.Write.Blind, with shared Redis only): write_task.lua checks
 // the record is of the writer's plan and answers with its fixed fields,
 // which WriteEncoded sets on the task (EncodedWrite.setFixed) before Dual

@@ -33,13 +33,13 @@ type DualConfig struct {
 	SingleInstance bool
 	// SharedWork: other instances run the tasks of the plans this one
 	// created (shared plans, several instances). Memory then knows a plan's
-	// progress only from this instance's own writes, and a created task
-	// only as created: while Redis is unreachable, reads of plans (a plan,
-	// the plan list, counts) are not answered from memory, and reads of
-	// tasks (a task, its timeline, a plan's tasks, a tenant's history, the
-	// search) only with the tasks this instance runs (written RUNNING here)
-	// — the others get the Redis error, as on an instance that never held
-	// them, rather than a stale answer.
+	// progress only from this instance's own writes: a plan created here
+	// is not mirrored (CreatePlan), and while Redis is unreachable, reads
+	// of plans (a plan, the plan list, counts, a plan's tasks, the search)
+	// are not answered from memory, and reads of tasks (a task, its
+	// timeline, a tenant's history) only with the tasks this instance runs
+	// (written RUNNING here) — the others get the Redis error, as on an
+	// instance that never held them, rather than a stale or partial answer.
 	SharedWork bool
 	// ProbeInterval is how often the flusher pings Redis while writes are
 	// queued (default ProbeIntervalDefault).
@@ -211,15 +211,15 @@ func (d *Dual) writtenHere(t *task.Task) bool {
 }
 
 // memTasks returns fromMem keeping only the tasks writtenHere; errNotHeld
-// when none is left of a list that had some (a degraded list is partial,
-// never empty: see Dual).
+// when none is left (a degraded list is partial, never empty: see Dual —
+// with SharedWork memory never knows that a list is empty in Redis).
 func memTasks(d *Dual, fromMem func() ([]*task.Task, error)) func() ([]*task.Task, error) {
 	if !d.cfg.SharedWork {
 		return fromMem
 	}
 	return func() ([]*task.Task, error) {
 		ts, err := fromMem()
-		if err != nil || len(ts) == 0 {
+		if err != nil {
 			return ts, err
 		}
 		kept := ts[:0:0]
@@ -254,8 +254,9 @@ func read[T any](d *Dual, fromRedis, fromMem func() (T, error)) (T, error) {
 
 // ---- plans -----------------------------------------------------------------
 
-// CreatePlan stores the plan in Redis, then in memory. In single-instance
-// mode a plan Redis cannot take is created in memory and queued.
+// CreatePlan stores the plan in Redis, then in memory (not with
+// SharedWork). In single-instance mode a plan Redis cannot take is created
+// in memory and queued.
 func (d *Dual) CreatePlan(ctx context.Context, p *plan.Plan, tasks []*task.Task) error {
 	apply := func() (*queuedOp, error) {
 		cp, err := copyPlanIn(p)
@@ -280,11 +281,16 @@ func (d *Dual) CreatePlan(ctx context.Context, p *plan.Plan, tasks []*task.Task)
 	err := d.r.CreatePlan(ctx, p, tasks)
 	d.observe(err)
 	switch {
-	case err == nil:
+	case err == nil && !d.cfg.SharedWork:
 		d.mem.MirrorCreate(p, tasks)
 	case IsUnavailable(err) && d.cfg.SingleInstance:
 		return d.enqueue(err, apply)
 	}
+	// With SharedWork the plan is not mirrored: memory would learn its
+	// progress only from this instance's writes, never answers a plan read
+	// in that mode, and would hold the plan and its tasks as they were
+	// created for good (the other instances finish them). This instance
+	// starts the plan's tasks blind, as the others do.
 	return err
 }
 
@@ -362,14 +368,10 @@ func (d *Dual) PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) 
 	v, err := read(d, func() (page[*task.Task], error) {
 		ts, next, err := d.r.PlanTasks(ctx, planID, f)
 		return page[*task.Task]{ts, next}, err
-	}, func() (page[*task.Task], error) {
-		var next string
-		ts, err := memTasks(d, func() (ts []*task.Task, err error) {
-			ts, next, err = d.mem.PlanTasks(ctx, planID, f)
-			return ts, err
-		})()
+	}, memPlans(d, func() (page[*task.Task], error) {
+		ts, next, err := d.mem.PlanTasks(ctx, planID, f)
 		return page[*task.Task]{ts, next}, err
-	})
+	}))
 	return v.items, v.next, err
 }
 
@@ -455,11 +457,6 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 		landed := re.Reason == task.RefusedSeq && re.Seq == w.ExpectSeq+1 &&
 			re.Fence == w.Guard.Fence && re.Owner == w.Task.Owner
 		d.mem.ResolvePendingWrite(w.Task.ID, w.ExpectSeq, landed)
-		if !d.cfg.SingleInstance {
-			// Redis holds another state than the writer's: a copy of the task
-			// as created is stale (QueuedTask).
-			d.mem.Unfresh(w.Task.ID, w.Task.PlanID)
-		}
 	}
 	return res, err
 }

@@ -61,31 +61,9 @@ func (d *Dual) ActiveQueues(ctx context.Context) ([]plan.QueueState, error) {
 	return qs, err
 }
 
-// QueuedTask reads Redis (see Redis.QueuedTask) — except for the start entry
-// of a task this store created and never wrote since (Memory.FreshTask),
-// answered from memory without a round trip: it is PENDING with seq 0 as
-// created, unless another instance wrote it in Redis meanwhile, and then
-// the start's write, which expects seq 0, is refused and memory lets the
-// task go (WriteTask), so the entry, queued again, is read from Redis.
-// Not in single-instance mode, which has no shared queues.
+// QueuedTask reads Redis (see Redis.QueuedTask).
 func (d *Dual) QueuedTask(ctx context.Context, e plan.QueueEntry) (*task.Task, error) {
-	if t := d.CreatedQueuedTask(e); t != nil {
-		return t, nil
-	}
 	t, err := d.r.QueuedTask(ctx, e)
 	d.observe(err)
 	return t, err
-}
-
-// CreatedQueuedTask is QueuedTask's answer from memory (the start entry of
-// a task this store created and never wrote since), or nil when Redis has
-// to answer: a caller that tries it first needs no deadline for it.
-func (d *Dual) CreatedQueuedTask(e plan.QueueEntry) *task.Task {
-	if e.Kind != plan.QueueStart || d.cfg.SingleInstance || e.Check() != nil {
-		return nil
-	}
-	if t := d.mem.FreshTask(e.TaskID, ""); t != nil && t.TenantID == e.TenantID && t.Status == task.StatusPending {
-		return t
-	}
-	return nil
 }

@@ -3,6 +3,7 @@ package repository
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -230,20 +231,18 @@ func TestDualSharedWorkAnswersOnlyItsOwnWrites(t *testing.T) {
 	if p, counts, err := d.Plan(ctx, fx.plan.ID); !IsUnavailable(err) {
 		t.Errorf("plan with Redis down: %+v %v, %v; want unavailable (its counts moved elsewhere too)", p, counts, err)
 	}
-	// Lists of tasks keep the ones written here (partial, as degraded
-	// lists are), and fail when none is left.
-	only := func(what string, ts []*task.Task, err error) {
-		t.Helper()
-		if err != nil || len(ts) != 1 || ts[0].ID != mine.tk.ID {
-			t.Errorf("%s with Redis down: %d tasks, %v; want only its own task", what, len(ts), err)
-		}
+	// A tenant's history keeps the tasks written here (partial, as
+	// degraded lists are), and fails when none is left. The plan's lists
+	// are the plan's: not answered (the creator does not mirror the plan).
+	if ts, err := d.TenantHistory(ctx, tenantName(0), 10); err != nil || len(ts) != 1 || ts[0].ID != mine.tk.ID {
+		t.Errorf("its tenant's history with Redis down: %d tasks, %v; want only its own task", len(ts), err)
 	}
-	ts, _, err := d.PlanTasks(ctx, fx.plan.ID, plan.TaskFilter{})
-	only("plan tasks", ts, err)
-	ts, _, err = d.SearchTasks(ctx, plan.TaskSearch{})
-	only("search", ts, err)
-	ts, err = d.TenantHistory(ctx, tenantName(0), 10)
-	only("its tenant's history", ts, err)
+	if ts, _, err := d.PlanTasks(ctx, fx.plan.ID, plan.TaskFilter{}); !IsUnavailable(err) {
+		t.Errorf("plan tasks with Redis down: %d tasks, %v; want unavailable", len(ts), err)
+	}
+	if ts, _, err := d.SearchTasks(ctx, plan.TaskSearch{}); !IsUnavailable(err) {
+		t.Errorf("search with Redis down: %d tasks, %v; want unavailable", len(ts), err)
+	}
 	if _, err := d.TenantHistory(ctx, tenantName(2), 10); !IsUnavailable(err) {
 		t.Errorf("history of a tenant it never wrote a task of: %v; want unavailable", err)
 	}
@@ -255,5 +254,40 @@ func TestDualSharedWorkAnswersOnlyItsOwnWrites(t *testing.T) {
 	}
 	if _, err := d.PlanCounts(ctx, []string{fx.plan.ID}); !IsUnavailable(err) {
 		t.Errorf("plan counts with Redis down: %v; want unavailable", err)
+	}
+}
+
+// TestDualSharedCreatorLetsPlanGo: with SharedWork, other instances run and
+// finish the tasks of a plan this one created; nothing tells its memory.
+// Memory must not hold the plan and its tasks as created for good (it did:
+// the creator mirrored the plan, whose tasks stayed PENDING there and the
+// plan RUNNING — every shared plan created on an instance stayed in its
+// memory).
+func TestDualSharedCreatorLetsPlanGo(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	re := newRedisEnv(t, outageClient(t, srv), "x:", Config{})
+	d := NewDual(NewMemory(MemoryConfig{Clock: re.clock.Now, DropFinished: true}), re.redis, DualConfig{SharedWork: true})
+	e := *re
+	e.store = d
+	ctx := ctxT(t)
+
+	fx := createPlan(t, &e, 3, 0) // created here
+	for _, tk := range fx.tasks { // run to the end by another instance
+		start(t, re, tk, 1).complete()
+	}
+	if p, _, err := re.redis.Plan(ctx, fx.plan.ID); err != nil || p.Status != plan.StatusCompleted {
+		t.Fatalf("plan in redis: %+v, %v; want COMPLETED", p, err)
+	}
+	if p, _, err := d.Memory().Plan(ctx, fx.plan.ID); !errors.Is(err, plan.ErrNotFound) {
+		t.Errorf("finished plan still in the creator's memory: %s (err %v)", p.Status, err)
+	}
+	for i := range fx.tasks {
+		if tk, _, err := d.Memory().TaskByTenant(ctx, tenantName(i)); !errors.Is(err, task.ErrNotFound) {
+			t.Errorf("task of %s (COMPLETED in redis) still in memory as %s (err %v)", tenantName(i), tk.Status, err)
+		}
+	}
+	if sizes := memSizes(d.Memory()); !slices.Equal(sizes, []int{0, 0, 0, 0, 0}) {
+		t.Errorf("memory holds plans/tasks/fresh sets/index/history %v after the plan finished elsewhere, want nothing", sizes)
 	}
 }

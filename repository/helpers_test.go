@@ -358,3 +358,11 @@ func countsString(c plan.Counts) string {
 	}
 	return b.String()
 }
+
+// memSizes returns how many plans, task records, fresh sets, tenant index
+// entries and tenant histories m holds.
+func memSizes(m *Memory) []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return []int{len(m.plans), len(m.tasks), len(m.fresh), len(m.index), len(m.history)}
+}

@@ -167,36 +167,6 @@ func (m *Memory) taskLocked(id, planID string) *memTask {
 	return m.thawLocked(fs, i)
 }
 
-// FreshTask returns a copy of task id as created, if memory holds it and no
-// write of this store has touched it since (it is still in its plan's
-// fresh set); nil otherwise. Another instance may have written it in
-// Redis meanwhile: a write based on it carries seq 0 and is refused then
-// (Unfresh, Dual.QueuedTask).
-func (m *Memory) FreshTask(id, planID string) *task.Task {
-	m.mu.Lock()
-	var t *task.Task
-	if fs, i := m.freshLocked(id, planID); fs != nil {
-		t = fs.record(i)
-	}
-	m.mu.Unlock()
-	if t == nil {
-		return nil
-	}
-	// Copied outside the lock (every task start of a plan asks): memory
-	// never changes a stored Params in place, it replaces it.
-	return copyTaskOut(t)
-}
-
-// Unfresh takes task id out of its plan's fresh set (FreshTask no longer
-// answers it), as its first write would.
-func (m *Memory) Unfresh(id, planID string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if fs, i := m.freshLocked(id, planID); fs != nil {
-		m.thawLocked(fs, i)
-	}
-}
-
 // viewLocked returns the task id in memory for reading: a never-written
 // task is not thawed, its record is built for the read (nil if memory does
 // not hold the task).

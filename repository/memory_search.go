@@ -88,13 +88,9 @@ func (d *Dual) SearchTasks(ctx context.Context, f plan.TaskSearch) ([]*task.Task
 	v, err := read(d, func() (page[*task.Task], error) {
 		ts, next, err := d.r.SearchTasks(ctx, f)
 		return page[*task.Task]{ts, next}, err
-	}, func() (page[*task.Task], error) {
-		var next string
-		ts, err := memTasks(d, func() (ts []*task.Task, err error) {
-			ts, next, err = d.mem.SearchTasks(ctx, f)
-			return ts, err
-		})()
+	}, memPlans(d, func() (page[*task.Task], error) {
+		ts, next, err := d.mem.SearchTasks(ctx, f)
 		return page[*task.Task]{ts, next}, err
-	})
+	}))
 	return v.items, v.next, err
 }
