@@ -27,17 +27,19 @@ func recordReads(n *atomic.Int64) redistest.Each {
 }
 
 // TestSharedBlindStarts: two instances, each with a Dual store of its own
-// (as cmd/deploycoord runs them), share a plan created on the first. The
-// second starts the tasks it claims without reading them (blind starts),
-// the first from its memory: no task record is read to start a task, and
-// every task still runs with its own params and reads back as created.
+// (as cmd/deploycoord runs them), share a plan created on the first. Both
+// start the tasks they claim without reading them (blind starts; the
+// creator keeps no copy of a shared plan): no task record is read to start
+// a task, and every task still runs with its own params and reads back as
+// created.
 func TestSharedBlindStarts(t *testing.T) {
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		var reads atomic.Int64
 		b := setup(t, withHook(be, recordReads(&reads)), sharedMode)
 		b.stopDefault()
 		dual := func() *repository.Dual {
-			return repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), b.store)
+			return repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), b.store,
+				repository.DualConfig{SharedWork: true})
 		}
 		a := newCoordinator(t, b, dual(), b.locks, "coord-a", nil)
 		other := newCoordinator(t, b, dual(), b.locks, "coord-b", nil)

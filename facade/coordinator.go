@@ -337,6 +337,20 @@ func (c *Coordinator) queryCtx(ctx context.Context) (context.Context, context.Ca
 	return context.WithTimeout(ctx, d)
 }
 
+// forgetter is a Store that keeps copies of tasks in memory
+// (repository.Dual).
+type forgetter interface{ Forget(taskID string) }
+
+// forget tells the store that this instance stopped a run of task id
+// without its last write (lease lost, a start or failure not written):
+// its copy of the task is not the stored state, and it will not write it
+// again.
+func (c *Coordinator) forget(taskID string) {
+	if f, ok := c.store.(forgetter); ok {
+		f.Forget(taskID)
+	}
+}
+
 func (c *Coordinator) degraded() bool {
 	d, ok := c.store.(interface{ Degraded() bool })
 	return ok && d.Degraded()

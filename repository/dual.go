@@ -457,6 +457,10 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 		landed := re.Reason == task.RefusedSeq && re.Seq == w.ExpectSeq+1 &&
 			re.Fence == w.Guard.Fence && re.Owner == w.Task.Owner
 		d.mem.ResolvePendingWrite(w.Task.ID, w.ExpectSeq, landed)
+		if !landed && !d.cfg.SingleInstance {
+			// Redis holds a state of the task this writer does not know.
+			d.mem.Forget(w.Task.ID)
+		}
 	}
 	return res, err
 }
@@ -497,6 +501,18 @@ func (d *Dual) RequestTask(ctx context.Context, tenantID, taskID string, r task.
 		d.mem.MirrorPendingRequest(tenantID, taskID, r, ev)
 	}
 	return t, err
+}
+
+// Forget drops the task from memory (Memory.Forget), for a run that stopped
+// without its last write: its lease was lost, or it gave up a write Redis
+// could not take. Memory would otherwise hold the task, RUNNING under this
+// instance, for good — and answer it so while Redis is unreachable, though
+// another instance took it over. Not in single-instance mode (memory holds
+// the newest state there).
+func (d *Dual) Forget(taskID string) {
+	if !d.cfg.SingleInstance {
+		d.mem.Forget(taskID)
+	}
 }
 
 // Beat refreshes the heartbeat in Redis and mirrors it into memory. In

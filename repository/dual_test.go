@@ -291,3 +291,66 @@ func TestDualSharedCreatorLetsPlanGo(t *testing.T) {
 		t.Errorf("memory holds plans/tasks/fresh sets/index/history %v after the plan finished elsewhere, want nothing", sizes)
 	}
 }
+
+// TestDualRefusedWriteLetsTaskGo: a write of this instance refused by Redis
+// (another instance took the task over) leaves memory with a copy that is
+// not the stored state, RUNNING under this instance: memory lets the task
+// go (it held it for good, and answered it so during outages).
+func TestDualRefusedWriteLetsTaskGo(t *testing.T) {
+	t.Parallel()
+	eachRedis(t, Config{}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		de, d := newDualEnv(t, e)
+		fx := createPlan(t, de, 1, 0)
+		mine := start(t, de, fx.tasks[0], 1)
+		stored, _, err := e.redis.Task(ctx, fx.tasks[0].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rerun(t, e, stored, 2, "coord-b") // taken over elsewhere
+		_, err = mine.write(task.StatusRunning, task.Write{})
+		refusedAs(t, err, task.RefusedLock)
+		if got, _, err := d.Memory().Task(ctx, fx.tasks[0].ID); !errors.Is(err, task.ErrNotFound) {
+			t.Errorf("memory still holds the task after its write was refused: %s owner %s (err %v)", got.Status, got.Owner, err)
+		}
+	})
+}
+
+// TestDualAbandonedPlanUpdateLetGo: an UpdatePlan Redis could not be asked
+// (an operator's pause answered 503, not sent again) is kept in memory as
+// pending. A later write's answer carries Redis' status of the plan, which
+// supersedes it: once the plan finished in Redis memory lets it go (it held
+// it for good).
+func TestDualAbandonedPlanUpdateLetGo(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	c := outageClient(t, srv)
+	re := newRedisEnv(t, c, "x:", Config{})
+	e, d := newDualEnv(t, re)
+	ctx := ctxT(t)
+	f := newFailing(func(string) bool { return true })
+	f.on.Store(false)
+	c.AddHook(f)
+
+	fx := createPlan(t, e, 2, 0)
+	r0 := start(t, e, fx.tasks[0], 1)
+	r1 := start(t, e, fx.tasks[1], 1)
+	f.on.Store(true) // Redis unreachable
+	paused := fx.plan.Clone()
+	paused.Status, paused.Reason = plan.StatusPaused, "INC-1"
+	if err := d.UpdatePlan(ctx, paused, plan.StatusRunning); !IsUnavailable(err) {
+		t.Fatalf("pause with Redis unreachable: %v, want unavailable", err)
+	}
+	f.on.Store(false) // Redis back; nobody sends the pause again
+	r0.complete()
+	r1.complete()
+	if p, _, err := re.redis.Plan(ctx, fx.plan.ID); err != nil || p.Status != plan.StatusCompleted {
+		t.Fatalf("plan in redis: %+v, %v; want COMPLETED", p, err)
+	}
+	if p, _, err := d.Memory().Plan(ctx, fx.plan.ID); !errors.Is(err, plan.ErrNotFound) {
+		t.Errorf("plan COMPLETED in redis still held in memory: %s (err %v)", p.Status, err)
+	}
+	if sizes := memSizes(d.Memory()); !slices.Equal(sizes, []int{0, 0, 0, 0, 0}) {
+		t.Errorf("memory holds plans/tasks/fresh sets/index/history %v, want nothing", sizes)
+	}
+}

@@ -116,6 +116,12 @@ func (m *Memory) dropTaskIfFinished(t *task.Task) {
 	if mt := m.tasks[t.ID]; mt != nil && mt.held() {
 		return
 	}
+	m.removeTaskLocked(t)
+}
+
+// removeTaskLocked drops t's record, its tenant's index entry (if it names
+// t) and its history entry.
+func (m *Memory) removeTaskLocked(t *task.Task) {
 	delete(m.tasks, t.ID)
 	if m.index[t.TenantID] == t.ID {
 		delete(m.index, t.TenantID)

@@ -103,8 +103,13 @@ func (m *Memory) MirrorWrite(ew *EncodedWrite, res task.WriteResult) {
 	m.settleLocked(mt, w.ExpectSeq, true)
 	m.applyLocked(mt, nt, w, ckpt, events, res.Seq, old)
 	nt.PauseRequested, nt.CancelRequested = res.PauseRequested, res.CancelRequested
-	if mp := m.plans[nt.PlanID]; mp != nil && res.PlanStatus != "" && plan.Status(res.PlanStatus) != mp.p.Status {
-		mp.p.Apply(m.cfg.Clock(), plan.Status(res.PlanStatus), "")
+	if mp := m.plans[nt.PlanID]; mp != nil && res.PlanStatus != "" {
+		// Redis' status of the plan supersedes a pending update of it (one
+		// nobody will send again: an operator's request answered 503).
+		mp.pending = false
+		if plan.Status(res.PlanStatus) != mp.p.Status {
+			mp.p.Apply(m.cfg.Clock(), plan.Status(res.PlanStatus), "")
+		}
 		m.dropPlanIfFinished(mp)
 	}
 }
@@ -178,6 +183,24 @@ func (m *Memory) ResolvePendingWrite(taskID string, seq int64, landed bool) {
 		mt.timeline = slices.Clone(mt.timeline[over:])
 	}
 	m.releaseLocked(mt)
+}
+
+// Forget drops task id from memory with its pending copies (not one with
+// queued operations, single-instance mode): this instance no longer knows
+// its state — its run lost the lease or gave up a write, or Redis refused
+// a write of it — and another instance may move it on, so memory must
+// neither answer it nor keep it. Its plan, if finished, goes too.
+func (m *Memory) Forget(taskID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mt := m.tasks[taskID]
+	if mt == nil || mt.queued > 0 {
+		return
+	}
+	m.removeTaskLocked(mt.t)
+	if mp := m.plans[mt.t.PlanID]; mp != nil {
+		m.dropPlanIfFinished(mp)
+	}
 }
 
 // releaseLocked drops a task no longer held, and its plan, if finished.
