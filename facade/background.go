@@ -50,14 +50,13 @@ func (c *Coordinator) heartbeatInstance() {
 		return
 	}
 	live := make(map[string]time.Time, len(insts))
-	started := make(map[string]time.Time, len(insts))
 	for _, in := range insts {
 		if !in.Gone { // a deregistered or expired instance is not alive
-			live[in.ID], started[in.ID] = in.LastSeen, in.StartedAt
+			live[in.ID] = in.LastSeen
 		}
 	}
 	c.mu.Lock()
-	c.live, c.liveStarted, c.liveAt = live, started, c.now()
+	c.live, c.liveAt = live, c.now()
 	c.mu.Unlock()
 }
 
@@ -80,16 +79,6 @@ func (c *Coordinator) ownerAlive(id string) (alive, known bool) {
 	}
 	seen, ok := c.live[id]
 	return ok && c.now().Sub(seen) <= c.cfg.Lease, true
-}
-
-// restartedSince reports whether live instance id's current process
-// started after at (as of the last registry read): RUNNING tasks under its
-// id may be a dead earlier process's.
-func (c *Coordinator) restartedSince(id string, at time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s, ok := c.liveStarted[id]
-	return ok && s.After(at)
 }
 
 // liveOwners returns the ids of the instances alive as far as this instance

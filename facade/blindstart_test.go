@@ -56,7 +56,15 @@ func TestSharedBlindStarts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.waitPlan(other, v.ID, plan.StatusCompleted)
+		// Waited for through the store: the coordinator's plan view reads
+		// the running tasks for its orphaned count.
+		eventually(t, 15*time.Second, func() error {
+			p, _, err := b.store.Plan(context.Background(), v.ID)
+			if err == nil && p.Status != plan.StatusCompleted {
+				err = fmt.Errorf("plan %s", p.Status)
+			}
+			return err
+		})
 		started := reads.Load() // (listing the tasks below reads them)
 		by := owners(t, other, v.ID)
 		if by["coord-a"]+by["coord-b"] != n || by["coord-b"] == 0 {

@@ -140,12 +140,8 @@ type Coordinator struct {
 	// live maps the instances alive at the last registry read (liveAt) to
 	// their last heartbeat; runID is the Redis run id last seen; while
 	// suspectUntil (unix ns) is ahead, no stage starts (Redis restarted).
-	live   map[string]time.Time
-	liveAt time.Time
-	// liveStarted maps the same instances to when their current process
-	// started (the registry's startedAt): one that started after a plan
-	// did may have inherited RUNNING tasks of a dead process of its id.
-	liveStarted  map[string]time.Time
+	live         map[string]time.Time
+	liveAt       time.Time
 	runID        string
 	suspectUntil atomic.Int64
 	bgStop       chan struct{}
@@ -306,14 +302,22 @@ func (c *Coordinator) taskView(t *task.Task, ck *checkpoint.Checkpoint) TaskView
 // orphaned reports whether t is RUNNING without a live owner: its owner
 // instance stopped heartbeating (or, here, does not run it any more), or the
 // task's own heartbeat is older than the lease (its lease is gone).
-func (c *Coordinator) orphaned(t *task.Task) bool {
+func (c *Coordinator) orphaned(t *task.Task) bool { return c.orphanedBut(t, 0) }
+
+// orphanedBut is orphaned for a caller that is itself between taking the
+// tenant lock for t and registering a run of it (own = 1: its beginAcquire
+// mark does not make t run here — a take-over by this instance of a task
+// left RUNNING under its own id, say by a write a failover lost).
+func (c *Coordinator) orphanedBut(t *task.Task, own int) bool {
 	if t.Status != task.StatusRunning {
 		return false
 	}
 	if t.Owner == c.cfg.Instance {
 		c.mu.Lock()
 		_, here := c.tasks[t.ID]
-		here = here || c.acquiring[t.ID] != nil
+		if m := c.acquiring[t.ID]; m != nil && m.calls > own {
+			here = true
+		}
 		c.mu.Unlock()
 		// A task of this instance id that does not run here, nor is being
 		// started here, belongs to an earlier process with the same id,

@@ -139,13 +139,17 @@ func (c *Coordinator) Plan(ctx context.Context, planID string) (PlanView, error)
 	return PlanView{Plan: p, Counts: counts, Orphaned: c.orphanedCount(ctx, p, counts), Degraded: c.degraded()}, nil
 }
 
-// orphanedCount is how many of a plan's RUNNING tasks have an owner that is
-// not alive: RUNNING minus the running counters of the live owners (one
-// round trip, whatever the plan's size); -1 when it cannot tell. A live
-// owner whose process started after the plan was created may count tasks
-// of a dead earlier process with its id (restarted under the same id):
-// then the plan's RUNNING tasks are read (its RUNNING index) and each is
-// judged as the task list judges it (its heartbeat).
+// orphanedCount is how many of a plan's RUNNING tasks are orphaned, as the
+// task list judges them; -1 when it cannot tell. The running counters of
+// the live owners (one round trip, whatever the plan's size) settle it
+// when no other live instance holds RUNNING tasks of the plan: RUNNING
+// minus this instance's runs of it (its other RUNNING tasks are an earlier
+// process's, or of a run that stopped without its last write). A task
+// under another live owner may be orphaned too — a write of it that Redis
+// lost in a failover, a run that stopped without its last write, an
+// earlier process with its id — which only its heartbeat tells: then the
+// plan's RUNNING tasks are read (its RUNNING index) and each is judged.
+// Every instance gives the same answer.
 func (c *Coordinator) orphanedCount(ctx context.Context, p *plan.Plan, counts plan.Counts) int {
 	planID := p.ID
 	running := counts[task.StatusRunning]
@@ -161,20 +165,11 @@ func (c *Coordinator) orphanedCount(ctx context.Context, p *plan.Plan, counts pl
 		return -1
 	}
 	for owner, n := range byOwner {
-		if owner != c.cfg.Instance && n > 0 && c.restartedSince(owner, p.CreatedAt) {
+		if owner != c.cfg.Instance && n > 0 {
 			return c.orphanedByTask(ctx, planID)
 		}
 	}
-	for owner, n := range byOwner {
-		if owner == c.cfg.Instance {
-			// This instance's own RUNNING tasks that do not run here (an
-			// earlier process with the same id died, or a run lost its
-			// lease) are orphaned too.
-			n = min(n, c.localRuns(planID))
-		}
-		running -= n
-	}
-	return max(running, 0)
+	return max(running-min(byOwner[c.cfg.Instance], c.localRuns(planID)), 0)
 }
 
 // orphanedByTask counts the plan's orphaned RUNNING tasks one by one, as

@@ -301,7 +301,7 @@ func (c *Coordinator) rerun(ctx context.Context, t *task.Task, p *plan.Plan, sta
 		return fail(err)
 	}
 	if rs.expectSeq < 0 {
-		rs.orphaned = fresh.Status == task.StatusRunning && c.orphaned(fresh)
+		rs.orphaned = fresh.Status == task.StatusRunning && c.orphanedBut(fresh, 1)
 	}
 	base := checkpoint.Empty()
 	if ck != nil {

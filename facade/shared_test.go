@@ -514,6 +514,69 @@ func TestPlanOrphanedCountsRestartedOwnersLostTasks(t *testing.T) {
 	})
 }
 
+// TestPlanOrphanedCountsLiveOwnersLostWrites: a live instance that runs a
+// task of a plan also holds a RUNNING task of it that it no longer runs (a
+// failover lost the write that finished it: no heartbeat since). The task
+// list says orphaned; the plan's orphaned count must say the same on every
+// instance (it said 0 on the other instance and 1 on the owner, trusting a
+// live owner's running counter).
+func TestPlanOrphanedCountsLiveOwnersLostWrites(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode, withConfig(func(c *facade.Config) { c.Heartbeat = 20 * time.Millisecond }))
+		ctx := context.Background()
+		other := b.second("coord-b")
+		s := spec([]task.StageSpec{gateStage("hold")}, "tenant-live", "tenant-lost")
+		s.MaxConcurrency = 1 // tenant-lost is not claimed while tenant-live holds the permit
+		v := b.create(s)
+		b.gates.wait(t, "tenant-live", "hold")
+		tv, err := b.coord.TaskByTenant(ctx, "tenant-live")
+		if err != nil {
+			t.Fatal(err)
+		}
+		storeRunning(t, b, "tenant-lost", tv.Task.Owner, time.Now().Add(-time.Minute))
+		for _, c := range []*facade.Coordinator{b.coord, other} {
+			eventually(t, 4*time.Second, func() error {
+				pv, err := c.Plan(ctx, v.ID)
+				if err == nil && (pv.Orphaned != 1 || pv.Counts[task.StatusRunning] != 2) {
+					err = fmt.Errorf("orphaned %d, counts %v; want 1 orphaned of 2 running (tenant-live runs on %s)", pv.Orphaned, pv.Counts, tv.Task.Owner)
+				}
+				return err
+			})
+			ts, _, err := c.PlanTasks(ctx, v.ID, plan.TaskFilter{Orphaned: true})
+			if err != nil || len(ts) != 1 || ts[0].Task.TenantID != "tenant-lost" {
+				t.Fatalf("orphaned task list: %d tasks, %v; want tenant-lost", len(ts), err)
+			}
+		}
+		b.gates.release("tenant-live", "hold")
+	})
+}
+
+// TestResumeIncludeOrphanedTakesOverItsOwnID: a task left RUNNING under
+// this very instance's id that does not run here (a failover lost the write
+// that finished it, or an earlier process with the id died) is an orphan;
+// a resume with IncludeOrphaned queues it, and this instance, claiming it,
+// must take it over. It refused ("running on a live instance": its own
+// take-over counted as the task running here) and the plan never ended.
+func TestResumeIncludeOrphanedTakesOverItsOwnID(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		ctx := context.Background()
+		v := startedPlanNobodyRuns(t, b, "coord-a", "tenant-own", "tenant-pending")
+		storeRunning(t, b, "tenant-own", "coord-a", time.Now().Add(-time.Minute))
+		if tv, err := b.coord.TaskByTenant(ctx, "tenant-own"); err != nil || !tv.Orphaned {
+			t.Fatalf("task under this instance's id, not run here: orphaned %v, %v", tv.Orphaned, err)
+		}
+		if _, err := b.coord.ResumePlan(ctx, v.ID, facade.ResumeOptions{Reason: "take the orphans over", IncludeOrphaned: true}, anyone); err != nil {
+			t.Fatal(err)
+		}
+		b.waitPlan(b.coord, v.ID, plan.StatusCompleted)
+		tv, err := b.coord.TaskByTenant(ctx, "tenant-own")
+		if err != nil || tv.Task.Status != task.StatusCompleted || tv.Task.Attempt != 2 {
+			t.Fatalf("the orphan after the resume: %+v, %v; want COMPLETED at attempt 2", tv.Task, err)
+		}
+	})
+}
+
 // TestSharedPlanFailureThreshold: tasks failing on either instance pause
 // the plan past its threshold, and then no instance starts a task.
 func TestSharedPlanFailureThreshold(t *testing.T) {

@@ -416,7 +416,7 @@ func (a *app) printPlan(p httpapi.Plan) error {
 			if *p.Orphaned < 0 {
 				orphaned = "unknown (instance registry unreadable)"
 			} else {
-				orphaned += " (owner instance gone: retry them, or resume the plan with --include-orphaned)"
+				orphaned += " (RUNNING without a live run: owner gone or heartbeat stale; retry them, or resume the plan with --include-orphaned)"
 			}
 			t.row("ORPHANED", orphaned)
 		}
