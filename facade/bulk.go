@@ -133,11 +133,17 @@ func (c *Coordinator) RetryPlan(ctx context.Context, planID string, req PlanRetr
 	}
 	// A cancel of the plan while this retry goes through its tenants stops
 	// it: each tenant's retry reads the plan, and once it reads CANCELLED
-	// (it was not when the retry began) the rest are skipped. (A tenant
-	// being written at the cancel's very moment may still reopen the plan.)
+	// after the plan was open during this retry — it was not CANCELLED when
+	// the retry began, or this retry reopened it, or a read saw it open —
+	// the rest are skipped. (A tenant being written at the cancel's very
+	// moment may still reopen the plan.)
 	var cancelled error
+	open := p.Status != plan.StatusCancelled
 	planOK := func(cur *plan.Plan) error {
-		if cur.Status == plan.StatusCancelled && p.Status != plan.StatusCancelled {
+		switch {
+		case cur.Status != plan.StatusCancelled:
+			open = true
+		case open:
 			cancelled = wrapf(ErrPlanFinished, "plan %s was cancelled after this bulk retry began (%s); this tenant and the rest were not retried", planID, task.Quote(cur.Reason))
 		}
 		return cancelled
@@ -153,6 +159,8 @@ func (c *Coordinator) RetryPlan(ctx context.Context, planID string, req PlanRetr
 			res.Skipped = append(res.Skipped, RetrySkip{TenantID: t.TenantID, TaskID: t.ID, Err: err})
 			continue
 		}
+		// A retried task reopens a finished plan.
+		open = open || !req.DryRun
 		res.Retried = append(res.Retried, t.TenantID)
 	}
 	return res, nil

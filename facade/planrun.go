@@ -541,9 +541,28 @@ func (pr *planRun) halted() bool {
 	return pr.stopped || pr.status == plan.StatusCancelled || pr.c.closing.Load()
 }
 
-// observe applies a plan status seen in storage (after a task write or a
-// poll, or set by an operator on this instance).
-func (pr *planRun) observe(status plan.Status) { pr.apply(status, "") }
+// observe applies a plan status seen in a task write's answer or a claim,
+// which carry no reason: the status the run knows keeps its reason (a
+// cancel's, which its running tasks are told), and a new CANCELLED or
+// PAUSED is read from storage for it.
+func (pr *planRun) observe(status plan.Status) {
+	pr.mu.Lock()
+	same := status == pr.status
+	pr.mu.Unlock()
+	if same {
+		return
+	}
+	if status == plan.StatusCancelled || status == plan.StatusPaused {
+		ctx, cancel := context.WithTimeout(context.Background(), pr.c.cfg.WriteTimeout)
+		p, _, err := pr.c.store.Plan(ctx, pr.p.ID)
+		cancel()
+		if err == nil && p.Status == status {
+			pr.apply(p.Status, p.Reason)
+			return
+		}
+	}
+	pr.apply(status, "")
+}
 
 func (pr *planRun) apply(status plan.Status, reason string) {
 	pr.mu.Lock()

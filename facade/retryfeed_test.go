@@ -328,7 +328,7 @@ func TestRepairThatFinishesPlanOnFeed(t *testing.T) {
 }
 
 // afterWrites is a Redis store that calls then once, right after the nth
-// task write out of FAILED (a retry's) it lets through.
+// task write out of FAILED or CANCELLED (a retry's) it lets through.
 type afterWrites struct {
 	*repository.Redis
 	n, at int32
@@ -339,7 +339,7 @@ type afterWrites struct {
 func (s *afterWrites) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, error) {
 	res, err := s.Redis.WriteTask(ctx, w)
 	s.mu.Lock()
-	if w.PrevStatus == task.StatusFailed && err == nil {
+	if (w.PrevStatus == task.StatusFailed || w.PrevStatus == task.StatusCancelled) && err == nil {
 		s.n++
 	}
 	then := s.then
@@ -361,23 +361,52 @@ func (s *afterWrites) WriteTask(ctx context.Context, w task.Write) (task.WriteRe
 // CANCELLED — where the bulk retry used to go on, reopen the plan and deploy
 // the rest after the cancel had answered 200 (found by a chaos run).
 func TestPlanCancelStopsBulkRetry(t *testing.T) {
+	for _, from := range []plan.Status{plan.StatusFailed, plan.StatusCancelled} {
+		t.Run(string(from), func(t *testing.T) {
+			t.Parallel()
+			planCancelStopsBulkRetry(t, from)
+		})
+	}
+}
+
+// planCancelStopsBulkRetry: the plan is from (FAILED: its tasks failed;
+// CANCELLED: cancelled before it started, its tasks CANCELLED) when the bulk
+// retry of its tasks begins; the retry reopens it, and a cancel after the
+// third tenant must stop the rest. From CANCELLED the retry went on through
+// every tenant (an operator session: 10 000 of them, both commands exit 0),
+// since it only stopped on a plan that was not CANCELLED when it began.
+func planCancelStopsBulkRetry(t *testing.T, from plan.Status) {
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		b := setup(t, be, sharedMode)
 		ctx := context.Background()
 		ts := make([]string, 8)
 		for i := range ts {
 			ts[i] = fmt.Sprintf("bc-%d", i)
-			b.target.script(ts[i], "deploy", 500, 200)
+			if from == plan.StatusFailed {
+				b.target.script(ts[i], "deploy", 500, 200)
+			}
 		}
-		v := b.create(spec([]task.StageSpec{b.httpStage("deploy", task.RetryPolicy{})}, ts...))
-		b.waitPlan(b.coord, v.ID, plan.StatusFailed)
+		s := spec([]task.StageSpec{b.httpStage("deploy", task.RetryPolicy{})}, ts...)
+		status := task.StatusFailed
+		if from == plan.StatusCancelled {
+			no := false
+			s.Start = &no
+			status = task.StatusCancelled
+		}
+		v := b.create(s)
+		if from == plan.StatusCancelled {
+			if _, err := b.coord.CancelPlan(ctx, v.ID, "INC-7 not now", anyone); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.waitPlan(b.coord, v.ID, from)
 		store := &afterWrites{Redis: b.store, at: 3, then: func() {
 			if _, err := b.coord.CancelPlan(ctx, v.ID, "INC-7 stop it", anyone); err != nil {
 				t.Error(err)
 			}
 		}}
 		x := newCoordinator(t, b, store, b.locks, "coord-x", nil)
-		res, err := x.RetryPlan(ctx, v.ID, facade.PlanRetryRequest{Statuses: []task.Status{task.StatusFailed}, Reason: "INC-7 target fixed"}, anyone)
+		res, err := x.RetryPlan(ctx, v.ID, facade.PlanRetryRequest{Statuses: []task.Status{status}, Reason: "INC-7 target fixed"}, anyone)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -417,6 +446,38 @@ func TestRetryOfQueuedRetrySaysQueued(t *testing.T) {
 		_, err := b.coord.Retry(ctx, "qr-1", facade.RetryRequest{Reason: "INC-8 second"}, anyone)
 		if !errors.Is(err, facade.ErrTaskPending) || !strings.Contains(err.Error(), "queued to run again (attempt 2") {
 			t.Fatalf("retry of a queued retry: %v; want TASK_PENDING saying it is queued", err)
+		}
+	})
+}
+
+// TestPlanCancelReasonReachesRunningTasks: the tasks a plan cancel stops
+// between two stages carry "plan cancelled: <reason>" on every instance.
+// An instance that learnt of the cancel from a task write's answer or a
+// claim (which carry the plan's status, not its reason) wrote "plan
+// cancelled: " with an empty reason (an operator session: 38 of 40).
+func TestPlanCancelReasonReachesRunningTasks(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		ctx := context.Background()
+		b.second("coord-b")
+		ts := []string{"cr-0", "cr-1", "cr-2", "cr-3"}
+		s := spec([]task.StageSpec{gateStage("hold"), noopStage("after")}, ts...)
+		v := b.create(s)
+		for _, tn := range ts {
+			b.gates.wait(t, tn, "hold")
+		}
+		if _, err := b.coord.CancelPlan(ctx, v.ID, "INC-16 why", anyone); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(6 * b.cfg.PlanPoll) // both instances see the cancel, by poll or claim
+		for _, tn := range ts {
+			b.gates.release(tn, "hold")
+		}
+		for _, tn := range ts {
+			tv := b.waitTask(b.coord, tn, task.StatusCancelled)
+			if tv.Task.Reason != "plan cancelled: INC-16 why" {
+				t.Errorf("%s (run on %s): reason %q, want %q", tn, tv.Task.Owner, tv.Task.Reason, "plan cancelled: INC-16 why")
+			}
 		}
 	})
 }
