@@ -2,13 +2,17 @@ package console_test
 
 import (
 	"context"
+	"fmt"
+	"html"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/deploycoord/deploycoord/facade"
+	"github.com/deploycoord/deploycoord/httpapi/console"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 )
@@ -203,4 +207,44 @@ func contains(s []string, v string) bool {
 		}
 	}
 	return false
+}
+
+// TestPagesPager: the plan page's "Next page" and "First page" links lead
+// to the next page and back with the filter kept. The links were the query
+// escaped once more by the template (href="?cursor%3d…%26status%3d…"): the
+// next page was the first again, unfiltered, and the tenants past the first
+// page out of reach (an operator session on a plan of 50 000).
+func TestPagesPager(t *testing.T) {
+	t.Parallel()
+	b := setup(t, bundleOpts{})
+	var ids []string
+	for i := range console.PageSize + 5 {
+		ids = append(ids, fmt.Sprintf("pg-%03d", i))
+	}
+	pv := b.createPlan(b.coord, "pager", ids...)
+	b.waitPlan(pv.ID, plan.StatusCompleted)
+	br := b.signedIn(operatorSecret)
+	link := func(p page, rel string) string {
+		t.Helper()
+		m := regexp.MustCompile(`<a href="([^"]*)"[^>]*>` + rel).FindStringSubmatch(p.body)
+		if m == nil {
+			t.Fatalf("no %q link on the page", rel)
+		}
+		return html.UnescapeString(m[1])
+	}
+	first := br.get(b.ui("plans/"+pv.ID+"?status=COMPLETED")).mustStatus(t, 200, "page 1")
+	first.mustContain(t, "page 1", "Page 1: 100 tenants matching the filter", `id="row-pg-000"`)
+	next := link(first, "Next page")
+	if !strings.HasPrefix(next, "?") {
+		t.Fatalf("next page link %q", next)
+	}
+	q, err := url.ParseQuery(next[1:])
+	if err != nil || q.Get("status") != "COMPLETED" || q.Get("page") != "2" || q.Get("cursor") == "" {
+		t.Fatalf("next page link %q: query %v, %v; want status, page 2 and a cursor", next, q, err)
+	}
+	second := br.get(b.ui("plans/"+pv.ID+next)).mustStatus(t, 200, "page 2")
+	second.mustContain(t, "page 2", "Page 2: 5 tenants matching the filter", `id="row-pg-104"`).
+		mustNotContain(t, "page 2", `id="row-pg-000"`, "Next page")
+	back := link(second, "First page")
+	br.get(b.ui("plans/"+pv.ID+back)).mustStatus(t, 200, "back").mustContain(t, "back", "Page 1: 100 tenants matching the filter")
 }

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"errors"
+	"html/template"
 	"net/http"
 	"slices"
 	"strconv"
@@ -145,8 +146,10 @@ type planPage struct {
 	Next     string
 	Stages   []string
 	Statuses []task.Status
-	// NextQuery and FirstQuery are the links of the pager.
-	NextQuery, FirstQuery string
+	// NextQuery and FirstQuery are the links of the pager ("?" and the
+	// query, encoded here: a plain string would be escaped again by the
+	// template, as a query value).
+	NextQuery, FirstQuery template.URL
 }
 
 // GET /ui/plans/{planId}: counts, settings and one page of tenants.
@@ -211,13 +214,13 @@ func (c *Console) planPage(w http.ResponseWriter, r *http.Request) {
 		nq := r.URL.Query()
 		nq.Set("cursor", next)
 		nq.Set("page", strconv.Itoa(f.Page+1))
-		page.NextQuery = nq.Encode()
+		page.NextQuery = template.URL("?" + nq.Encode())
 	}
 	if f.Cursor != "" {
 		fq := r.URL.Query()
 		fq.Del("cursor")
 		fq.Del("page")
-		page.FirstQuery = fq.Encode()
+		page.FirstQuery = template.URL("?" + fq.Encode())
 	}
 	c.render(w, r, "plan", 0, page)
 }
