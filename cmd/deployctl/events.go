@@ -31,7 +31,7 @@ func (a *app) events(ctx context.Context, fs *flag.FlagSet, args []string) error
 	tenant := fs.String("tenant", "", "only events of this tenant")
 	planID := fs.String("plan", "", "only events of this plan")
 	typ := fs.String("type", "", "only events of this type (task.failed, task.completed, ...)")
-	after := fs.String("after", "", "start after this cursor (a nextCursor printed before)")
+	after := fs.String("after", "", "start after this cursor (a nextCursor printed before; $ for only the events to come)")
 	limit := fs.Int("limit", eventsLimitDefault, "events per request (1.."+strconv.Itoa(httpapi.EventsLimitMax)+")")
 	wait := fs.Duration("wait", eventsWaitDefault, "long-poll wait of each --follow request")
 	if err := a.parseNoArgs(fs, args); err != nil {
@@ -69,49 +69,78 @@ func (a *app) events(ctx context.Context, fs *flag.FlagSet, args []string) error
 		}
 		return a.follow(ctx, q, *after, *wait)
 	}
-	if *after != "" {
-		q.Set("after", *after)
-	}
-	var page httpapi.Feed
-	raw, err := a.cli.getJSON(ctx, "/v1/events", q, &page)
+	events, next, err := a.readEvents(ctx, q, *after, *limit)
 	if err != nil {
 		return err
 	}
 	if a.json() {
+		raw, err := json.Marshal(eventsPage{Events: events, NextCursor: next})
+		if err != nil {
+			return fmt.Errorf("encode the events: %w", err)
+		}
 		return printJSON(a.stdout, raw)
 	}
-	// A filtered page examines a bounded stretch of the feed and may come
-	// back short, even empty, with events further on: read on from its
-	// cursor until the page is full, the cursor stops moving (the end of
-	// the feed) or eventsPagesMax pages were read.
-	events, cursor := page.Events, *after
-	for pages := 1; len(events) < *limit && page.NextCursor != "" && page.NextCursor != cursor && pages < eventsPagesMax; pages++ {
-		cursor = page.NextCursor
-		q.Set("after", cursor)
-		page = httpapi.Feed{}
-		if _, err := a.cli.getJSON(ctx, "/v1/events", q, &page); err != nil {
+	a.eventHeader()
+	for _, raw := range events {
+		var e httpapi.FeedEvent
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return fmt.Errorf("decode an event: %w", err)
+		}
+		if err := a.printEvents([]httpapi.FeedEvent{e}, nil); err != nil {
 			return err
 		}
-		events = append(events, page.Events...)
 	}
-	if len(events) > *limit {
-		events = events[:*limit]
-		// (The cursor to resume from is then the last one printed.)
-		page.NextCursor = events[len(events)-1].ID
-	}
-	a.eventHeader()
-	if err := a.printEvents(events, nil); err != nil {
-		return err
-	}
-	if page.NextCursor != "" {
-		fmt.Fprintf(a.stderr, "next: --after %s\n", clean(page.NextCursor))
+	if next != "" {
+		fmt.Fprintf(a.stderr, "next: --after %s\n", clean(next))
 	}
 	return nil
 }
 
-// eventsPagesMax bounds the pages a filtered `deployctl events` reads to
-// fill one page.
-const eventsPagesMax = 50
+// eventsPage is a page of the feed with its events as the server sent them.
+type eventsPage struct {
+	Events     []json.RawMessage `json:"events"`
+	NextCursor string            `json:"nextCursor"`
+}
+
+// readEvents reads up to limit events of the feed after cursor after (q
+// holds the filters) and the cursor to resume from. A filtered page
+// examines a bounded stretch of the feed (ten times its limit) and may come
+// back short, even empty, with events further on: a filtered read asks for
+// pages of the most the API gives, and reads on from each page's cursor
+// until it has limit events or the cursor stops moving (the end of the
+// feed, which keeps a bounded number of events).
+func (a *app) readEvents(ctx context.Context, q url.Values, after string, limit int) ([]json.RawMessage, string, error) {
+	if q.Has("tenantId") || q.Has("planId") || q.Has("type") {
+		q.Set("limit", strconv.Itoa(httpapi.EventsLimitMax))
+	}
+	events := []json.RawMessage{}
+	cursor := after
+	for {
+		if cursor != "" {
+			q.Set("after", cursor)
+		}
+		var page eventsPage
+		if _, err := a.cli.getJSON(ctx, "/v1/events", q, &page); err != nil {
+			return nil, "", err
+		}
+		events = append(events, page.Events...)
+		if len(events) > limit {
+			events = events[:limit]
+			// The cursor to resume from is then the last one kept.
+			var last struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal(events[limit-1], &last); err != nil {
+				return nil, "", fmt.Errorf("decode an event: %w", err)
+			}
+			return events, last.ID, nil
+		}
+		if len(events) == limit || page.NextCursor == "" || page.NextCursor == cursor {
+			return events, page.NextCursor, nil
+		}
+		cursor = page.NextCursor
+	}
+}
 
 // follow long-polls the feed until ctx ends (which is success, exit 0:
 // Ctrl-C is how a follow stops) and then prints the cursor to resume from. Each request waits up to wait for an event and has
@@ -165,7 +194,8 @@ func (a *app) follow(ctx context.Context, q url.Values, cursor string, wait time
 // resumeHint tells, when a follow ends (Ctrl-C), how to go on from where it
 // stopped: on stderr, so that stdout stays the events.
 func (a *app) resumeHint(cursor string) {
-	if cursor == "" {
+	if cursor == "" || cursor == "$" {
+		// ("$" is no position: resuming from it would skip what came since.)
 		fmt.Fprintln(a.stderr, "next: no event read yet: run the same command again")
 		return
 	}

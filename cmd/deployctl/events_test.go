@@ -213,7 +213,7 @@ func TestEventsPage(t *testing.T) {
 		t.Fatalf("%d task.failed rows\n%s", n, r)
 	}
 	q := f.seen()[0]
-	if q.Get("tenantId") != "t-1" || q.Get("type") != "task.failed" || q.Get("planId") != feedPlan || q.Get("limit") != "2" || q.Has("wait") || q.Has("after") {
+	if q.Get("tenantId") != "t-1" || q.Get("type") != "task.failed" || q.Get("planId") != feedPlan || q.Get("limit") != "1000" || q.Has("wait") || q.Has("after") {
 		t.Fatalf("query = %v", q)
 	}
 
@@ -244,6 +244,19 @@ func TestEventsPageReadsOn(t *testing.T) {
 	must(t, r, 0, "stderr", "next: --after 6-0\n") // the end of the feed
 	if n := len(f.seen()); n != 4 {
 		t.Fatalf("%d requests, want 4 (three pages of two, then one that finds the end)", n)
+	}
+	// With -o json too (it printed the first, empty, page), and however far
+	// the match is (it stopped after 50 pages: a feed of 100 000 events, a
+	// plan's events past the first 50 000, showed nothing).
+	for range 60 {
+		f.add(event("task.started", "t-4", nil), event("task.completed", "t-4", nil))
+	}
+	f.add(event("task.failed", "t-far", nil))
+	r = runCLI(t, context.Background(), env, "", "events", "--tenant", "t-far", "-o", "json")
+	must(t, r, 0, "stdout")
+	m := decode(t, r.stdout)
+	if evs := m["events"].([]any); len(evs) != 1 || evs[0].(map[string]any)["tenantId"] != "t-far" || m["nextCursor"] != "127-0" {
+		t.Fatalf("events --tenant t-far -o json = %v, want its one event and the end of the feed", m)
 	}
 }
 
