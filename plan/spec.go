@@ -197,7 +197,11 @@ func checkText(s string, maxLen int) error {
 	case !utf8.ValidString(s):
 		return fmt.Errorf("must be valid UTF-8")
 	}
+	blank := true
 	for _, r := range s {
+		if !unicode.IsSpace(r) && !unicode.In(r, unicode.Cf) {
+			blank = false
+		}
 		switch {
 		case unicode.IsControl(r):
 			return fmt.Errorf("must not contain control characters")
@@ -207,6 +211,11 @@ func checkText(s string, maxLen int) error {
 			// break that is not one).
 			return fmt.Errorf("must not contain bidirectional controls or line separators (%U)", r)
 		}
+	}
+	if blank {
+		// Spaces, no-break spaces, zero-width and other invisible
+		// characters: a reason nobody can read.
+		return fmt.Errorf("must not be blank (only spaces or invisible characters)")
 	}
 	return nil
 }

@@ -403,6 +403,12 @@ func TestCheckReason(t *testing.T) {
 		{"Err/ParagraphSeparator", "fix\u2029x", false},
 		{"Err/Isolate", "fix \u2066x\u2069", false},
 		{"OK/ZeroWidthJoiner", "on-call 👩\u200d💻 approved", true},
+		{"OK/LeadingSpace", "  INC-3 target fixed", true},
+		{"Err/Spaces", "   ", false},
+		{"Err/NoBreakAndEmSpaces", " \u00a0\u2003 ", false},
+		{"Err/ZeroWidthSpace", "\u200b", false},
+		{"Err/ByteOrderMark", "\ufeff", false},
+		{"Err/WordJoinerAndSpace", "\u2060 \u200b", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
