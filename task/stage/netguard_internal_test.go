@@ -231,6 +231,10 @@ func TestClean(t *testing.T) {
 		{"bad \xff utf8", 100, `bad \ufffd utf8`},
 		{"real \uFFFD", 100, "real \uFFFD"},
 		{"line\u2028sep", 100, `line\u2028sep`},
+		// A target's text must not reorder what the console, a log or a
+		// terminal shows around it.
+		{"fake line\u202e</script>", 100, `fake line\u202e</script>`},
+		{"a\u2066b\u2069c\u200fd", 100, `a\u2066b\u2069c\u200fd`},
 		{"abcdefghij", 10, "abcdefghij"},
 		{"abcdefghijk", 10, "abcdefg…"},
 		{"ab\ncdefghijk", 10, `ab\ncde…`},
