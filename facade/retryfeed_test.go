@@ -481,3 +481,38 @@ func TestPlanCancelReasonReachesRunningTasks(t *testing.T) {
 		}
 	})
 }
+
+// TestPlanResumeRunsPausedTasksFirst: a plan pause stops its running tasks
+// (PAUSED) and its queue; the resume takes the paused tasks back first, not
+// behind every task that never started (an operator session: 49 tasks
+// PAUSED for 45 s, until 1 826 PENDING ones were done, and tried to resume
+// them by hand).
+func TestPlanResumeRunsPausedTasksFirst(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		ctx := context.Background()
+		ts := []string{"rf-0", "rf-1", "rf-2", "rf-3", "rf-4", "rf-5"}
+		s := spec([]task.StageSpec{gateStage("hold"), noopStage("after")}, ts...)
+		s.MaxConcurrency = 2
+		v := b.create(s)
+		b.gates.wait(t, "rf-0", "hold")
+		b.gates.wait(t, "rf-1", "hold")
+		if _, err := b.coord.PausePlan(ctx, v.ID, "INC-5 hold on", anyone); err != nil {
+			t.Fatal(err)
+		}
+		b.gates.release("rf-0", "hold")
+		b.gates.release("rf-1", "hold")
+		b.waitTask(b.coord, "rf-0", task.StatusPaused)
+		b.waitTask(b.coord, "rf-1", task.StatusPaused)
+		b.idle(b.coord)
+		if _, err := b.coord.ResumePlan(ctx, v.ID, facade.ResumeOptions{Reason: "INC-5 go on"}, anyone); err != nil {
+			t.Fatal(err)
+		}
+		// The two permits go to the paused tasks, which complete (their gate
+		// is open); tenants that never started would wait at theirs.
+		b.waitTask(b.coord, "rf-0", task.StatusCompleted)
+		b.waitTask(b.coord, "rf-1", task.StatusCompleted)
+		b.gates.openAll()
+		b.waitPlan(b.coord, v.ID, plan.StatusCompleted)
+	})
+}

@@ -493,7 +493,14 @@ func (c *Coordinator) requeueMissing(ctx context.Context, p *plan.Plan, stages [
 	if n := len(items); n > 0 {
 		c.log.Warn().Str("plan_id", p.ID).Int("tasks", n).Msg("pending tasks missing from the plan's queue; queued again")
 	}
-	items = append(items, extra...)
+	// The tasks a resume takes back (paused, orphaned) were running: they
+	// go first, ahead of the tasks that never started — not PAUSED until
+	// the rest of the plan is done.
+	if len(extra) > 0 {
+		if err := c.queue.PushQueue(ctx, p.ID, queueEntries(extra), true); err != nil {
+			return err
+		}
+	}
 	if len(items) == 0 {
 		c.startPlanRun(p, stages, nil)
 		return nil

@@ -92,20 +92,23 @@ func (r *Redis) PushQueue(ctx context.Context, planID string, es []plan.QueueEnt
 	}
 	ttl := r.cfg.TTL
 	_, err = r.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for start := 0; start < len(vals); start += queueBatch {
+		if front {
+			// LPUSH reverses: push the entries backwards, the last batch
+			// first, to keep their order at the head.
+			for end := len(vals); end > 0; end -= queueBatch {
+				batch := make([]any, 0, queueBatch)
+				for i := end - 1; i >= max(end-queueBatch, 0); i-- {
+					batch = append(batch, vals[i])
+				}
+				p.LPush(ctx, qk.queue, batch...)
+			}
+		}
+		for start := 0; start < len(vals) && !front; start += queueBatch {
 			batch := make([]any, 0, queueBatch)
 			for _, v := range vals[start:min(start+queueBatch, len(vals))] {
 				batch = append(batch, v)
 			}
-			if front {
-				// LPUSH reverses: push the batch backwards to keep its order.
-				for i, j := 0, len(batch)-1; i < j; i, j = i+1, j-1 {
-					batch[i], batch[j] = batch[j], batch[i]
-				}
-				p.LPush(ctx, qk.queue, batch...)
-			} else {
-				p.RPush(ctx, qk.queue, batch...)
-			}
+			p.RPush(ctx, qk.queue, batch...)
 		}
 		p.PExpire(ctx, qk.queue, ttl)
 		p.SAdd(ctx, r.keys.ActivePlans(), planID)

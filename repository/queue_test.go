@@ -304,3 +304,36 @@ func TestQueueHostileInput(t *testing.T) {
 		}
 	})
 }
+
+// TestPushQueueFrontKeepsOrder: entries pushed to the head of a queue keep
+// their order ahead of the entries there, over several batches too (the
+// later batches went ahead of the earlier ones).
+func TestPushQueueFrontKeepsOrder(t *testing.T) {
+	eachRedis(t, Config{}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		f := createPlan(t, e, 1, 0)
+		id := f.plan.ID
+		tail := plan.QueueEntry{Kind: plan.QueueStart, TenantID: f.tasks[0].TenantID, TaskID: f.tasks[0].ID}
+		if err := e.redis.PushQueue(ctx, id, []plan.QueueEntry{tail}, false); err != nil {
+			t.Fatal(err)
+		}
+		var front []plan.QueueEntry
+		for i := range 2*queueBatch + 7 {
+			front = append(front, plan.QueueEntry{Kind: plan.QueueResume, TenantID: tenantName(i), TaskID: f.tasks[0].ID})
+		}
+		if err := e.redis.PushQueue(ctx, id, front, true); err != nil {
+			t.Fatal(err)
+		}
+		queued, _, err := e.redis.QueueEntries(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := append(slices.Clone(front), tail); !slices.Equal(queued, want) {
+			i := 0
+			for i < min(len(queued), len(want)) && queued[i] == want[i] {
+				i++
+			}
+			t.Fatalf("queue of %d entries differs from the %d pushed (front, then the one there) at %d", len(queued), len(want), i)
+		}
+	})
+}
