@@ -546,7 +546,10 @@ func (a *app) pages(ctx context.Context, path string, q url.Values, limit int, c
 			}
 		}
 		out = append(out, list...)
-		if !all || page.NextCursor == "" {
+		// A filtered listing examines a bounded stretch a page and may
+		// answer an empty page with more further on: read on to the first
+		// rows or the end, rather than show an empty table and a cursor.
+		if (!all && len(out) > 0) || page.NextCursor == "" {
 			if out == nil {
 				out = []json.RawMessage{}
 			}

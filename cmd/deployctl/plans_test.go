@@ -4,7 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -385,5 +389,47 @@ func TestPlanActions(t *testing.T) {
 	}
 	if got := s.requests("POST", "/v1/plans/"+id+"/repair-counts"); len(got) != 1 || !strings.Contains(got[0].body, `"reason":"check counts"`) {
 		t.Fatalf("repair requests = %+v", got)
+	}
+}
+
+// TestPlanTasksReadsOnPastEmptyPages: a filtered listing of a big plan
+// examines a bounded stretch a page (10 000 tasks), so a page may come back
+// empty with more further on. deployctl printed an empty table and "more
+// tasks: add --cursor 10000" (an operator session, a plan of 50 000 without
+// a failure); it reads on to the first rows or the end.
+func TestPlanTasksReadsOnPastEmptyPages(t *testing.T) {
+	t.Parallel()
+	const planID = "plan-01JDQZV5X8M7R2K9C3B4N6P0QS"
+	var mu sync.Mutex
+	var cursors []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/plans/"+planID+"/tasks" {
+			http.NotFound(w, r)
+			return
+		}
+		mu.Lock()
+		cursors = append(cursors, r.URL.Query().Get("cursor"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Query().Get("cursor") {
+		case "":
+			fmt.Fprint(w, `{"tasks":[],"nextCursor":"10000"}`)
+		case "10000":
+			fmt.Fprint(w, `{"tasks":[],"nextCursor":"20000"}`)
+		default:
+			fmt.Fprint(w, `{"tasks":[{"taskId":"task-01JDQZV5X8M7R2K9C3B4N6P0QT","tenantId":"t-late","planId":"`+planID+`","status":"FAILED","attempt":1}],"nextCursor":""}`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	env := map[string]string{"DEPLOYCTL_SERVER": srv.URL, "DEPLOYCTL_TOKEN": testToken}
+	r := runCLI(t, context.Background(), env, "", "plan", "tasks", planID, "--status", "FAILED")
+	must(t, r, 0, "stdout", "t-late")
+	if strings.Contains(r.stderr, "more tasks") {
+		t.Errorf("stderr %q: no more tasks after the end", r.stderr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(cursors, []string{"", "10000", "20000"}) {
+		t.Errorf("cursors read %q, want \"\", 10000, 20000", cursors)
 	}
 }
