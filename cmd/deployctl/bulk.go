@@ -36,15 +36,23 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
-// skippedError ends a bulk retry that left some selected tenants alone:
-// exit 4, as a refused single retry.
+// skippedError ends a bulk retry that left some selected tenants alone, or
+// did not select some of the tenants named: exit 4, as a refused single
+// retry.
 type skippedError struct {
-	planID  string
-	skipped int
+	planID               string
+	skipped, notSelected int
 }
 
 func (e *skippedError) Error() string {
-	return fmt.Sprintf("%d selected tenant(s) of plan %s were not retried (listed above)", e.skipped, e.planID)
+	var parts []string
+	if e.skipped > 0 {
+		parts = append(parts, fmt.Sprintf("%d selected tenant(s) of plan %s were not retried", e.skipped, e.planID))
+	}
+	if e.notSelected > 0 {
+		parts = append(parts, fmt.Sprintf("%d tenant(s) named were not selected in plan %s", e.notSelected, e.planID))
+	}
+	return strings.Join(parts, "; ") + " (listed above)"
 }
 
 // planRetry is "deployctl plan retry": POST /v1/plans/{id}/retry. Without
@@ -170,8 +178,8 @@ func (a *app) planRetry(ctx context.Context, fs *flag.FlagSet, args []string) er
 	} else {
 		printPlanRetry(a.stdout, id, res, tenants)
 	}
-	if len(res.Skipped) > 0 {
-		return &skippedError{planID: id, skipped: len(res.Skipped)}
+	if len(res.Skipped) > 0 || len(res.NotSelected) > 0 {
+		return &skippedError{planID: id, skipped: len(res.Skipped), notSelected: len(res.NotSelected)}
 	}
 	return nil
 }

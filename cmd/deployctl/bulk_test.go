@@ -207,6 +207,11 @@ func TestPlanRetry(t *testing.T) {
 	if v := s.waitTask(t, "t-r3", task.StatusCompleted); v.Attempt != 2 {
 		t.Fatalf("t-r3: attempt %d", v.Attempt)
 	}
+	// Tenants named and not selected: nothing done, and not exit 0 (it
+	// said "retried 0 tenant(s)" and exited 0).
+	r = s.cli(t, "plan", "retry", id, "--status", "FAILED", "--tenant", "t-r3,t-nope", "--reason", reason, "--yes")
+	must(t, r, 4, "stdout", "retried 0 tenant(s)", "not selected (not in the plan, or not in the statuses asked): t-r3, t-nope")
+	must(t, r, 4, "stderr", "2 tenant(s) named were not selected in plan "+id)
 	// Nothing left: nothing asked.
 	before = sent()
 	r = s.cliTyping(t, "", "plan", "retry", id, "--status", "FAILED", "--reason", reason)

@@ -63,8 +63,9 @@
 // how many tenants and which it would retry, and asks "[y/N]" when stdin is
 // a terminal; the confirmed retry names exactly the tenants shown. Without a
 // terminal it refuses (exit 2) unless --yes is given. It exits 4 when some
-// selected tenants were skipped (each listed with its code and detail), 0
-// when every selected tenant was retried.
+// selected tenants were skipped (each listed with its code and detail) or
+// some tenants named (--tenant, --tenants-file) were not selected, 0 when
+// every tenant selected and named was retried.
 // status --tenants-file exits 0 even when some tenants have no task (their
 // rows say "not found", their JSON entries are null); status --tenant on
 // such a tenant exits 3.
