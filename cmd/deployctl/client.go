@@ -129,6 +129,10 @@ func (c *client) do(ctx context.Context, r request) (int, []byte, error) {
 	if err != nil {
 		c.log(r.method, &u, "failed", start)
 		switch {
+		case errors.Is(ctx.Err(), context.DeadlineExceeded) && r.method != http.MethodGet:
+			// The server goes on with a change it received: say so.
+			return 0, nil, fmt.Errorf("%s %s: no answer within %s (--timeout); the server may have done it, or be doing it still: look before you send it again (a bulk retry goes on through its tenants; --timeout 5m for a big one)",
+				r.method, u.Redacted(), c.timeout+r.extra)
 		case errors.Is(ctx.Err(), context.DeadlineExceeded):
 			return 0, nil, fmt.Errorf("%s %s: no answer within %s (--timeout)", r.method, u.Redacted(), c.timeout+r.extra)
 		case errors.Is(err, context.Canceled):
