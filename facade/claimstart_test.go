@@ -271,19 +271,18 @@ func (g *gatedClaims) ClaimTasks(ctx context.Context, planID string, release []p
 // server wires it, claims gated) and b's locker, with shared plans.
 func dualCoord(t *testing.T, b *bundle, instance string) (*facade.Coordinator, *gatedClaims) {
 	t.Helper()
-	store := &gatedClaims{Dual: repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), b.store)}
+	store := &gatedClaims{Dual: repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), b.store,
+		repository.DualConfig{SharedWork: true})}
 	return newCoordinator(t, b, store, b.locks, instance, func(c *facade.Config) { c.SharedPlans = true }), store
 }
 
-// TestStaleCreatedCopyStartsFromRedis: the instance that created a plan
-// reads a claimed start entry's task from its memory (the task as created)
-// — until a write based on it is refused. Here another instance ran the
-// task, it failed and was retried (PENDING again, attempt 2, a new start
-// entry); the creator claims that entry, its start from the stale copy is
-// refused, memory lets the copy go, and the entry, queued again, starts
-// attempt 2 from Redis' record. Without the letting go the creator would
-// claim and refuse the entry for ever.
-func TestStaleCreatedCopyStartsFromRedis(t *testing.T) {
+// TestRetriedStartEntryStartsFromRedis: a claimed start entry is started
+// blind, as the task was created (PENDING at seq 0). Here another instance
+// ran the task, it failed and was retried (PENDING again, attempt 2, a new
+// start entry); the creator claims that entry, its blind start is refused
+// (seq), and the entry starts attempt 2 from Redis' record — not refused
+// for ever.
+func TestRetriedStartEntryStartsFromRedis(t *testing.T) {
 	t.Parallel()
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		b := setup(t, be)

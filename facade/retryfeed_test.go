@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -490,29 +491,59 @@ func TestPlanCancelReasonReachesRunningTasks(t *testing.T) {
 func TestPlanResumeRunsPausedTasksFirst(t *testing.T) {
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		b := setup(t, be, sharedMode)
+		b.stopDefault()
+		store := &gatedRedisClaims{Redis: b.store}
+		store.open.Store(true)
+		c := newCoordinator(t, b, store, b.locks, "coord-a", nil)
 		ctx := context.Background()
 		ts := []string{"rf-0", "rf-1", "rf-2", "rf-3", "rf-4", "rf-5"}
 		s := spec([]task.StageSpec{gateStage("hold"), noopStage("after")}, ts...)
 		s.MaxConcurrency = 2
-		v := b.create(s)
+		v, err := c.CreatePlan(ctx, s, anyone)
+		if err != nil {
+			t.Fatal(err)
+		}
 		b.gates.wait(t, "rf-0", "hold")
 		b.gates.wait(t, "rf-1", "hold")
-		if _, err := b.coord.PausePlan(ctx, v.ID, "INC-5 hold on", anyone); err != nil {
+		if _, err := c.PausePlan(ctx, v.ID, "INC-5 hold on", anyone); err != nil {
 			t.Fatal(err)
 		}
 		b.gates.release("rf-0", "hold")
 		b.gates.release("rf-1", "hold")
-		b.waitTask(b.coord, "rf-0", task.StatusPaused)
-		b.waitTask(b.coord, "rf-1", task.StatusPaused)
-		b.idle(b.coord)
-		if _, err := b.coord.ResumePlan(ctx, v.ID, facade.ResumeOptions{Reason: "INC-5 go on"}, anyone); err != nil {
+		b.waitTask(c, "rf-0", task.StatusPaused)
+		b.waitTask(c, "rf-1", task.StatusPaused)
+		b.idle(c)
+		// No claim between the plan's RUNNING write and the queueing of the
+		// paused tasks (a claim there may take the first PENDING entries).
+		store.open.Store(false)
+		if _, err := c.ResumePlan(ctx, v.ID, facade.ResumeOptions{Reason: "INC-5 go on"}, anyone); err != nil {
 			t.Fatal(err)
 		}
+		store.open.Store(true)
 		// The two permits go to the paused tasks, which complete (their gate
 		// is open); tenants that never started would wait at theirs.
-		b.waitTask(b.coord, "rf-0", task.StatusCompleted)
-		b.waitTask(b.coord, "rf-1", task.StatusCompleted)
+		b.waitTask(c, "rf-0", task.StatusCompleted)
+		b.waitTask(c, "rf-1", task.StatusCompleted)
 		b.gates.openAll()
-		b.waitPlan(b.coord, v.ID, plan.StatusCompleted)
+		b.waitPlan(c, v.ID, plan.StatusCompleted)
 	})
+}
+
+// gatedRedisClaims is a Redis store whose claims take nothing (they answer
+// "full", the permits to release released) while open is false.
+type gatedRedisClaims struct {
+	*repository.Redis
+	open atomic.Bool
+}
+
+func (g *gatedRedisClaims) ClaimTasks(ctx context.Context, planID string, release []plan.QueueEntry, lease time.Duration, want int) (plan.Claim, error) {
+	if !g.open.Load() {
+		if len(release) > 0 {
+			if err := g.Redis.ReleasePermits(ctx, planID, release); err != nil {
+				return plan.Claim{}, err
+			}
+		}
+		return plan.Claim{Outcome: plan.ClaimFull}, nil
+	}
+	return g.Redis.ClaimTasks(ctx, planID, release, lease, want)
 }

@@ -35,11 +35,11 @@ type DualConfig struct {
 	// created (shared plans, several instances). Memory then knows a plan's
 	// progress only from this instance's own writes: a plan created here
 	// is not mirrored (CreatePlan), and while Redis is unreachable, reads
-	// of plans (a plan, the plan list, counts, a plan's tasks, the search)
-	// are not answered from memory, and reads of tasks (a task, its
-	// timeline, a tenant's history) only with the tasks this instance runs
+	// of plans (a plan, the plan list, counts) are not answered from
+	// memory, and reads of tasks (a task, its timeline, a plan's tasks, a
+	// tenant's history, the search) only with the tasks this instance runs
 	// (written RUNNING here) — the others get the Redis error, as on an
-	// instance that never held them, rather than a stale or partial answer.
+	// instance that never held them, rather than a stale answer.
 	SharedWork bool
 	// ProbeInterval is how often the flusher pings Redis while writes are
 	// queued (default ProbeIntervalDefault).
@@ -368,10 +368,18 @@ func (d *Dual) PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) 
 	v, err := read(d, func() (page[*task.Task], error) {
 		ts, next, err := d.r.PlanTasks(ctx, planID, f)
 		return page[*task.Task]{ts, next}, err
-	}, memPlans(d, func() (page[*task.Task], error) {
-		ts, next, err := d.mem.PlanTasks(ctx, planID, f)
+	}, func() (page[*task.Task], error) {
+		var next string
+		ts, err := memTasks(d, func() (ts []*task.Task, err error) {
+			if d.cfg.SharedWork {
+				// Memory holds no shared plan, only the tasks run here.
+				return d.mem.HeldTasks(planID, f)
+			}
+			ts, next, err = d.mem.PlanTasks(ctx, planID, f)
+			return ts, err
+		})()
 		return page[*task.Task]{ts, next}, err
-	}))
+	})
 	return v.items, v.next, err
 }
 

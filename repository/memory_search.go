@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
@@ -61,6 +62,23 @@ func (m *Memory) SearchTasks(_ context.Context, f plan.TaskSearch) ([]*task.Task
 			hits = append(hits, hit{pos: p, t: copyTaskOut(t), si: si})
 		}
 	}
+	// Tasks whose plan memory does not hold (the Dual store's mirror of
+	// the tasks this instance runs of shared plans).
+	for _, mt := range m.tasks {
+		t := mt.t
+		if m.plans[t.PlanID] != nil || (f.PlanID != "" && t.PlanID != f.PlanID) {
+			continue
+		}
+		si := statusIndex(t.Status)
+		if si < 0 || !q.candidate(t, si) {
+			continue
+		}
+		p := searchPos{score: memSearchScore(t, 0), id: t.ID}
+		if p.score < q.since || (q.hasCur && !q.cur.before(p)) {
+			continue
+		}
+		hits = append(hits, hit{pos: p, t: copyTaskOut(t), si: si})
+	}
 	m.mu.Unlock()
 	// Match is the caller's: called without the store's lock.
 	hits = slices.DeleteFunc(hits, func(h hit) bool { return !q.want[h.si] && !q.f.Match(h.t) })
@@ -83,14 +101,39 @@ func (m *Memory) SearchTasks(_ context.Context, f plan.TaskSearch) ([]*task.Task
 	return out, "", nil
 }
 
+// HeldTasks returns copies of the task records memory holds of plan planID
+// that f's status and tenant prefix keep, in task id order, at most f's
+// limit (its cursor is not used: one page). The Dual store's fallback with
+// shared work, whose memory holds the tasks it runs and not their plans.
+func (m *Memory) HeldTasks(planID string, f plan.TaskFilter) ([]*task.Task, error) {
+	_, want, err := taskFilter(f)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks of plan %s: %w", planID, err)
+	}
+	m.mu.Lock()
+	var out []*task.Task
+	for _, mt := range m.tasks {
+		if mt.t.PlanID == planID && keepTask(mt.t, want, f) {
+			out = append(out, copyTaskOut(mt.t))
+		}
+	}
+	m.mu.Unlock()
+	slices.SortFunc(out, func(a, b *task.Task) int { return strings.Compare(a.ID, b.ID) })
+	return out[:min(len(out), pageLimit(f.Limit))], nil
+}
+
 // SearchTasks reads Redis, or memory (see Dual).
 func (d *Dual) SearchTasks(ctx context.Context, f plan.TaskSearch) ([]*task.Task, string, error) {
 	v, err := read(d, func() (page[*task.Task], error) {
 		ts, next, err := d.r.SearchTasks(ctx, f)
 		return page[*task.Task]{ts, next}, err
-	}, memPlans(d, func() (page[*task.Task], error) {
-		ts, next, err := d.mem.SearchTasks(ctx, f)
+	}, func() (page[*task.Task], error) {
+		var next string
+		ts, err := memTasks(d, func() (ts []*task.Task, err error) {
+			ts, next, err = d.mem.SearchTasks(ctx, f)
+			return ts, err
+		})()
 		return page[*task.Task]{ts, next}, err
-	}))
+	})
 	return v.items, v.next, err
 }
