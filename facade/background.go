@@ -175,6 +175,7 @@ type InstanceView struct {
 func (c *Coordinator) Instances(ctx context.Context) ([]InstanceView, error) {
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
+	mark := c.readMark()
 	insts, err := c.store.Instances(ctx)
 	if err != nil {
 		return nil, translate(err, "instances")
@@ -200,7 +201,7 @@ func (c *Coordinator) Instances(ctx context.Context) ([]InstanceView, error) {
 		// reached the registry yet.
 		out = append([]InstanceView{{Instance: c.self(), Alive: true}}, out...)
 	}
-	if c.degraded() {
+	if c.degradedSince(mark) {
 		for i := range out {
 			out[i].Degraded = true
 		}

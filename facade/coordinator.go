@@ -295,8 +295,8 @@ type TaskView struct {
 	LockExpiresAt *time.Time
 }
 
-func (c *Coordinator) taskView(t *task.Task, ck *checkpoint.Checkpoint) TaskView {
-	return TaskView{Task: t, Checkpoint: ck, Orphaned: c.orphaned(t), Degraded: c.degraded()}
+func (c *Coordinator) taskView(t *task.Task, ck *checkpoint.Checkpoint, degraded bool) TaskView {
+	return TaskView{Task: t, Checkpoint: ck, Orphaned: c.orphaned(t), Degraded: degraded}
 }
 
 // orphaned reports whether t is RUNNING without a live owner: its owner
@@ -353,6 +353,27 @@ func (c *Coordinator) forget(taskID string) {
 	if f, ok := c.store.(forgetter); ok {
 		f.Forget(taskID)
 	}
+}
+
+// memoryAnswers is a Store that counts its reads answered from memory
+// (repository.Dual).
+type memoryAnswers interface{ MemoryAnswers() uint64 }
+
+// readMark is taken before a query's reads; degradedSince(mark) then says
+// whether their answers may have come from memory.
+func (c *Coordinator) readMark() uint64 {
+	if m, ok := c.store.(memoryAnswers); ok {
+		return m.MemoryAnswers()
+	}
+	return 0
+}
+
+// degradedSince reports whether answers read since mark may come from
+// memory: the store says it is degraded, or answered a read from memory
+// since mark — the store's flag alone misses a memory answer when another
+// goroutine's Redis call succeeded in between and cleared it.
+func (c *Coordinator) degradedSince(mark uint64) bool {
+	return c.degraded() || c.readMark() != mark
 }
 
 func (c *Coordinator) degraded() bool {

@@ -132,11 +132,13 @@ func (c *Coordinator) Plan(ctx context.Context, planID string) (PlanView, error)
 	}
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
+	mark := c.readMark()
 	p, counts, err := c.store.Plan(ctx, planID)
 	if err != nil {
 		return PlanView{}, translate(err, "plan "+planID)
 	}
-	return PlanView{Plan: p, Counts: counts, Orphaned: c.orphanedCount(ctx, p, counts), Degraded: c.degraded()}, nil
+	orphaned := c.orphanedCount(ctx, p, counts)
+	return PlanView{Plan: p, Counts: counts, Orphaned: orphaned, Degraded: c.degradedSince(mark)}, nil
 }
 
 // orphanedCount is how many of a plan's RUNNING tasks are orphaned, as the
@@ -222,11 +224,11 @@ func (c *Coordinator) Plans(ctx context.Context, f plan.ListFilter) ([]PlanView,
 	}
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
+	mark := c.readMark()
 	ps, next, err := c.store.Plans(ctx, f)
 	if err != nil {
 		return nil, "", translate(err, "plans")
 	}
-	degraded := c.degraded()
 	// The page's counts in one more round trip, whatever the page's size,
 	// so that a listing shows each plan's progress.
 	ids := make([]string, len(ps))
@@ -237,7 +239,7 @@ func (c *Coordinator) Plans(ctx context.Context, f plan.ListFilter) ([]PlanView,
 	if err != nil {
 		return nil, "", translate(err, "plan counts")
 	}
-	degraded = degraded || c.degraded()
+	degraded := c.degradedSince(mark)
 	if err := fromMemory(degraded, len(ps), "plans"); err != nil {
 		return nil, "", err
 	}
@@ -280,19 +282,21 @@ func (c *Coordinator) PlanTasks(ctx context.Context, planID string, f plan.TaskF
 	f.Orphaned = false
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
+	mark := c.readMark()
 	ts, next, err := c.store.PlanTasks(ctx, planID, f)
 	if err != nil {
 		return nil, "", translate(err, "plan "+planID)
 	}
+	degraded := c.degradedSince(mark)
 	views := make([]TaskView, 0, len(ts))
 	for _, t := range ts {
-		v := c.taskView(t, nil)
+		v := c.taskView(t, nil, degraded)
 		if orphanedOnly && !v.Orphaned {
 			continue
 		}
 		views = append(views, v)
 	}
-	if err := fromMemory(c.degraded(), len(views), "the tasks of plan "+planID); err != nil {
+	if err := fromMemory(degraded, len(views), "the tasks of plan "+planID); err != nil {
 		return nil, "", err
 	}
 	return views, next, nil

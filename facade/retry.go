@@ -150,7 +150,7 @@ func (c *Coordinator) retryTask(ctx context.Context, tenantID, taskID string, re
 		if err != nil {
 			return RetryResult{}, err
 		}
-		view := c.taskView(queued, ck)
+		view := c.taskView(queued, ck, c.degraded())
 		c.log.Info().Str("task_id", t.ID).Str("tenant_id", t.TenantID).Str("actor", rs.event.Actor).Str("reason", req.Reason).
 			Str("mode", mode).Int("from", rs.from).Msg("task retried; queued on the plan's work queue")
 		res.Task = &view
@@ -160,7 +160,7 @@ func (c *Coordinator) retryTask(ctx context.Context, tenantID, taskID string, re
 	if err != nil {
 		return RetryResult{}, err
 	}
-	view := c.taskView(r.t.Clone(), ckptRef(r.ckpt))
+	view := c.taskView(r.t.Clone(), ckptRef(r.ckpt), c.degraded())
 	view.Orphaned = false
 	c.launch(r, from)
 	r.log.Info().Str("actor", rs.event.Actor).Str("reason", req.Reason).Str("mode", mode).Int("from", from).Msg("task retried")
@@ -396,13 +396,13 @@ func (c *Coordinator) ResumeTask(ctx context.Context, tenantID, reason string, a
 		if err != nil {
 			return TaskView{}, err
 		}
-		return c.taskView(queued, ck), nil
+		return c.taskView(queued, ck, c.degraded()), nil
 	}
 	r, from, err := c.rerun(ctx, t, p, stages, rs, nil)
 	if err != nil {
 		return TaskView{}, err
 	}
-	view := c.taskView(r.t.Clone(), ckptRef(r.ckpt))
+	view := c.taskView(r.t.Clone(), ckptRef(r.ckpt), c.degraded())
 	c.launch(r, from)
 	return view, nil
 }
@@ -416,9 +416,10 @@ func (c *Coordinator) localRun(taskID string) *taskRun {
 func (c *Coordinator) viewOf(ctx context.Context, taskID string) (TaskView, error) {
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
+	mark := c.readMark()
 	t, ck, err := c.store.Task(ctx, taskID)
 	if err != nil {
 		return TaskView{}, translate(err, fmt.Sprintf("task %s", taskID))
 	}
-	return c.taskView(t, ck), nil
+	return c.taskView(t, ck, c.degradedSince(mark)), nil
 }

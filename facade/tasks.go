@@ -32,11 +32,12 @@ func (c *Coordinator) TaskByTenant(ctx context.Context, tenantID string) (TaskVi
 	}
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
+	mark := c.readMark()
 	t, ck, err := c.store.TaskByTenant(ctx, tenantID)
 	if err != nil {
 		return TaskView{}, translate(err, "task of tenant "+tenantID)
 	}
-	v := c.taskView(t, ck)
+	v := c.taskView(t, ck, c.degradedSince(mark))
 	if t.Status == task.StatusRunning {
 		// One more round trip, for running tasks only: when the lock frees
 		// is what an operator waiting to retry an orphaned task needs.
@@ -91,16 +92,18 @@ func (c *Coordinator) History(ctx context.Context, tenantID string, limit int) (
 	}
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
+	mark := c.readMark()
 	ts, err := c.store.TenantHistory(ctx, tenantID, limit)
 	if err != nil {
 		return nil, translate(err, "history of tenant "+tenantID)
 	}
-	if err := fromMemory(c.degraded(), len(ts), "the history of tenant "+tenantID); err != nil {
+	degraded := c.degradedSince(mark)
+	if err := fromMemory(degraded, len(ts), "the history of tenant "+tenantID); err != nil {
 		return nil, err
 	}
 	views := make([]TaskView, len(ts))
 	for i, t := range ts {
-		views[i] = c.taskView(t, nil)
+		views[i] = c.taskView(t, nil, degraded)
 	}
 	return views, nil
 }
@@ -124,6 +127,7 @@ func (c *Coordinator) Timeline(ctx context.Context, tenantID string, limit int) 
 	}
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
+	mark := c.readMark()
 	t, _, err := c.store.TaskByTenant(ctx, tenantID)
 	if err != nil {
 		return TimelineView{}, translate(err, "task of tenant "+tenantID)
@@ -132,7 +136,7 @@ func (c *Coordinator) Timeline(ctx context.Context, tenantID string, limit int) 
 	if err != nil {
 		return TimelineView{}, translate(err, "timeline of task "+t.ID)
 	}
-	return TimelineView{TenantID: tenantID, TaskID: t.ID, Events: evs, Degraded: c.degraded()}, nil
+	return TimelineView{TenantID: tenantID, TaskID: t.ID, Events: evs, Degraded: c.degradedSince(mark)}, nil
 }
 
 // Lock returns who holds the tenant's lock, for how long, with which fence.

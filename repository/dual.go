@@ -84,6 +84,8 @@ type Dual struct {
 	r        *Redis
 	cfg      DualConfig
 	degraded atomic.Bool
+	// memAnswers counts the reads answered from memory (MemoryAnswers).
+	memAnswers atomic.Uint64
 
 	// mu guards the queue; it is held while an operation is applied to
 	// memory and queued, so the two orders agree.
@@ -120,6 +122,15 @@ func NewDual(mem *Memory, r *Redis, cfg ...DualConfig) *Dual {
 // call found it unreachable and none has succeeded since, or (single
 // instance) writes wait to be written back.
 func (d *Dual) Degraded() bool { return d.degraded.Load() || d.Pending() > 0 }
+
+// MemoryAnswers counts the reads answered from memory so far. Degraded is
+// one flag for the whole store, which any Redis call that succeeds clears —
+// another goroutine's, between a read answered from memory and the
+// caller's look at the flag (a heartbeat, the run-id check, a master of a
+// Cluster that still answers). A caller that reads this count before a
+// read and finds it moved after knows that a read of the store, maybe its
+// own, came from memory meanwhile: its answer may be degraded.
+func (d *Dual) MemoryAnswers() uint64 { return d.memAnswers.Load() }
 
 // Pending returns how many operations wait to be written back to Redis
 // (single-instance mode; always 0 otherwise).
@@ -182,6 +193,7 @@ func fallback[T any](d *Dual, v T, err error, mem func() (T, error)) (T, error) 
 	if merr != nil && isNotFound(merr) {
 		return v, err
 	}
+	d.memAnswers.Add(1)
 	return mv, merr
 }
 
@@ -245,6 +257,7 @@ func read[T any](d *Dual, fromRedis, fromMem func() (T, error)) (T, error) {
 	if d.queued() {
 		v, err := fromMem()
 		if err == nil || !isNotFound(err) {
+			d.memAnswers.Add(1)
 			return v, err
 		}
 	}
@@ -593,6 +606,7 @@ func (d *Dual) TasksByTenant(ctx context.Context, tenantIDs []string) (map[strin
 		if mts, mcs, err = d.mem.TasksByTenant(ctx, tenantIDs); err != nil {
 			return nil, nil, err
 		}
+		d.memAnswers.Add(1)
 	}
 	ts, cs, err := d.r.TasksByTenant(ctx, tenantIDs)
 	d.observe(err)
@@ -614,6 +628,7 @@ func (d *Dual) TasksByTenant(ctx context.Context, tenantIDs []string) (map[strin
 			return nil, nil, &UnavailableError{Op: "tasks by tenant", msg: fmt.Sprintf(
 				"memory holds only this instance's unfinished work, not the tasks of %d of the %d tenants", missing, len(tenantIDs))}
 		}
+		d.memAnswers.Add(1)
 		return mts, mcs, nil
 	case err != nil:
 		return nil, nil, err
