@@ -501,3 +501,44 @@ func TestDualTasksByTenantQueued(t *testing.T) {
 		t.Errorf("a tenant without a task answered %+v, want absent", got)
 	}
 }
+
+// TestQueuedRequestThatLandedIsNotAppliedTwice: single-instance mode. A
+// pause request sent while Redis is paused (SIGSTOP) times out and is
+// queued (the call succeeds); Redis then runs the request it had received,
+// and the flusher replays the queued copy. The timeline must hold the
+// request's entry once (task writes carry a write id; requests carry their
+// entry, which the script finds among the newest ones). Found by a review.
+func TestQueuedRequestThatLandedIsNotAppliedTwice(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	e, d, _ := newSingleDualEnv(t, newRedisEnv(t, outageClient(t, srv), "x:", Config{}))
+	ctx := ctxT(t)
+	fx := createPlan(t, e, 1, 0)
+	r := startLocal(t, e, fx.tasks[0], 1)
+
+	srv.Stop() // paused: it reads the request only when it continues
+	pause := task.Event{At: e.clock.Now(), Type: task.EventPauseRequested, Actor: "sre", Reason: "hold"}
+	if _, err := d.RequestTask(ctx, tenantName(0), r.tk.ID, task.RequestPause, pause); err != nil {
+		srv.Cont()
+		t.Fatalf("pause request with Redis paused: %v (single instance: queued, no error)", err)
+	}
+	if d.Pending() != 1 {
+		srv.Cont()
+		t.Fatalf("Pending %d, want 1 (the request queued)", d.Pending())
+	}
+	srv.Cont()
+	waitDrained(t, d)
+	tl, err := e.redis.Timeline(ctx, tenantName(0), r.tk.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range tl {
+		if ev.Type == task.EventPauseRequested {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the timeline holds %d %s entries for one request, want 1", n, task.EventPauseRequested)
+	}
+}
