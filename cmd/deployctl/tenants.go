@@ -277,7 +277,12 @@ func (a *app) timeline(ctx context.Context, fs *flag.FlagSet, args []string) err
 		if e.StageAttempt > 0 {
 			attempt += fmt.Sprintf(" (try %d)", e.StageAttempt)
 		}
-		t.row(ago(&at, now), cell(string(e.Type)), cell(e.Stage), attempt, eventDetail(e))
+		when := ago(&at, now)
+		if a.wide() {
+			// The time itself, to line entries up with logs and the target's.
+			when = at.UTC().Format("2006-01-02T15:04:05.000Z") + " (" + when + ")"
+		}
+		t.row(when, cell(string(e.Type)), cell(e.Stage), attempt, eventDetail(e))
 	}
 	return t.flush()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -121,6 +122,12 @@ func TestStatusAndTimeline(t *testing.T) {
 			t.Fatalf("timeline -o json = %v", m)
 		}
 		must(t, s.cli(t, "timeline", "--tenant", "t-none"), 3, "stderr", "NOT_FOUND")
+		// -o wide adds the times themselves (an operator lining entries up
+		// with logs read only "14m ago" on every row).
+		w := s.cli(t, "timeline", "--tenant", "t-s1", "-o", "wide")
+		if !regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z \(`).MatchString(w.stdout) {
+			t.Fatalf("timeline -o wide shows no times:\n%s", w)
+		}
 	})
 }
 
