@@ -244,7 +244,7 @@ func (a *api) rateLimited(w http.ResponseWriter, r *http.Request) {
 		who = info.client
 	}
 	WriteProblem(w, r, http.StatusTooManyRequests, CodeRateLimited, fmt.Sprintf(
-		"more than %d changes per %s from %s; retry after %s seconds",
+		"more than %d requests that may change something (POST, DELETE; dry runs count too) per %s from %s; retry after %s seconds",
 		a.cfg.RateLimit, a.cfg.RateWindow, who, w.Header().Get("Retry-After")))
 }
 

@@ -37,7 +37,8 @@
 // # Exit codes
 //
 //	0  success
-//	1  error (network, server, or a watched plan that ended FAILED or CANCELLED)
+//	1  error (network, server, rate limit (HTTP 429: wait as Retry-After
+//	   says), or a watched plan that ended FAILED or CANCELLED)
 //	2  usage: bad flags or arguments, caught before any request
 //	3  not found (HTTP 404)
 //	4  conflict (HTTP 409: TASK_RUNNING, ATTEMPT_MISMATCH, LOCK_MISMATCH, ...)
