@@ -47,6 +47,8 @@ func TestUsageErrors(t *testing.T) {
 		{"PlanListBadLimit", []string{"plan", "list", "--limit", "5000"}, "--limit 5000: want 1..1000"},
 		{"PlanTasksBadStatus", []string{"plan", "tasks", id, "--status", "CREATED"}, "is not a task status"},
 		{"TasksBadStatus", []string{"tasks", "--status", "DONE"}, `"DONE" is not a task status`},
+		{"PlanTasksStatuses", []string{"plan", "tasks", id, "--status", "failed,CANCELLED"}, "plan tasks takes one status; for several, deployctl tasks --plan " + id + " --status FAILED,CANCELLED"},
+		{"PlanTasksStatusesHostile", []string{"plan", "tasks", id, "--status", "FAILED,{x}"}, "is not a task status"},
 		{"PlanTasksStatusTwice", []string{"plan", "tasks", id, "--status", "PAUSED", "--status", "RUNNING"}, "-status: given more than once"},
 		{"PlanTasksOrphanedNotRunning", []string{"plan", "tasks", id, "--status", "FAILED", "--orphaned"}, "--orphaned lists RUNNING tasks: it cannot go with --status FAILED"},
 		{"ReasonTwice", []string{"plan", "pause", id, "--reason", "a", "--reason", "b"}, "-reason: given more than once"},

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -588,6 +589,11 @@ func (a *app) planTasks(ctx context.Context, fs *flag.FlagSet, args []string) er
 	q := url.Values{}
 	if *status != "" {
 		s := task.Status(strings.ToUpper(*status))
+		if parts := strings.Split(strings.ToUpper(*status), ","); len(parts) > 1 &&
+			!slices.ContainsFunc(parts, func(p string) bool { return !task.Status(p).Valid() }) {
+			return usagef("--status %s: plan tasks takes one status; for several, deployctl tasks --plan %s --status %s lists them (newest first)",
+				task.Quote(*status), id, strings.Join(parts, ","))
+		}
 		if !s.Valid() {
 			return usagef("--status %s is not a task status (%s)", task.Quote(*status), joinStatuses(task.Statuses))
 		}
