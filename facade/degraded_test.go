@@ -2,53 +2,14 @@ package facade_test
 
 import (
 	"context"
-	"errors"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/deploycoord/deploycoord/internal/redistest"
 	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
 )
-
-// readFailer fails, while on, the commands named in names (and pipelines
-// holding one) as an unreachable Redis would.
-type readFailer struct {
-	on    atomic.Bool
-	names []string
-}
-
-func (f *readFailer) fails(c redis.Cmder) bool {
-	return f.on.Load() && slices.Contains(f.names, c.Name())
-}
-
-func (*readFailer) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (f *readFailer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, c redis.Cmder) error {
-		if f.fails(c) {
-			err := errors.New("injected: connection refused")
-			c.SetErr(err)
-			return err
-		}
-		return next(ctx, c)
-	}
-}
-func (f *readFailer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if slices.ContainsFunc(cmds, f.fails) {
-			err := errors.New("injected: connection refused")
-			for _, c := range cmds {
-				c.SetErr(err)
-			}
-			return err
-		}
-		return next(ctx, cmds)
-	}
-}
 
 // TestDegradedMarkSurvivesOtherCalls: the task reads fail (their master is
 // unreachable, say) while the instance's other calls succeed (the run-id
@@ -57,7 +18,8 @@ func (f *readFailer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // call that succeeds, let some through unmarked (a review: 1 in 23).
 func TestDegradedMarkSurvivesOtherCalls(t *testing.T) {
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
-		hook := &readFailer{names: []string{"zrevrange", "hgetall", "hmget"}}
+		hook := redistest.FailingNames("zrevrange", "hgetall", "hmget")
+		hook.On.Store(false)
 		b := setup(t, withHook(be, hook), sharedMode)
 		b.stopDefault()
 		dual := repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), b.store,
@@ -68,8 +30,8 @@ func TestDegradedMarkSurvivesOtherCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.gates.wait(t, "dg-1", "hold")
-		hook.on.Store(true)
-		defer hook.on.Store(false)
+		hook.On.Store(true)
+		defer hook.On.Store(false)
 		var stop atomic.Bool
 		var wg sync.WaitGroup
 		wg.Add(1)

@@ -335,19 +335,19 @@ func TestDualAbandonedPlanUpdateLetGo(t *testing.T) {
 	e, d := newDualEnv(t, re)
 	ctx := ctxT(t)
 	f := newFailing(func(string) bool { return true })
-	f.on.Store(false)
+	f.On.Store(false)
 	c.AddHook(f)
 
 	fx := createPlan(t, e, 2, 0)
 	r0 := start(t, e, fx.tasks[0], 1)
 	r1 := start(t, e, fx.tasks[1], 1)
-	f.on.Store(true) // Redis unreachable
+	f.On.Store(true) // Redis unreachable
 	paused := fx.plan.Clone()
 	paused.Status, paused.Reason = plan.StatusPaused, "INC-1"
 	if err := d.UpdatePlan(ctx, paused, plan.StatusRunning); !IsUnavailable(err) {
 		t.Fatalf("pause with Redis unreachable: %v, want unavailable", err)
 	}
-	f.on.Store(false) // Redis back; nobody sends the pause again
+	f.On.Store(false) // Redis back; nobody sends the pause again
 	r0.complete()
 	r1.complete()
 	if p, _, err := re.redis.Plan(ctx, fx.plan.ID); err != nil || p.Status != plan.StatusCompleted {

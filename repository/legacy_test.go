@@ -3,9 +3,7 @@ package repository
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -306,7 +304,7 @@ func TestLegacyBackfillRetried(t *testing.T) {
 		if n := e.client.Exists(ctx, e.redis.keys.LegacyBackfill()).Val(); n != 0 {
 			t.Fatal("a failed backfill left its marker")
 		}
-		hook.on.Store(false)
+		hook.On.Store(false)
 		if _, err := r.Instances(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -317,47 +315,14 @@ func TestLegacyBackfillRetried(t *testing.T) {
 	})
 }
 
-// failing fails, while on, every command whose name match accepts, and
-// every pipeline holding one, with an injected error (Redis refusing).
-type failing struct {
-	on    atomic.Bool
-	match func(name string) bool
-}
+// failing fails, while On, every command whose name Match accepts (see
+// redistest.Failing).
+type failing = redistest.Failing
 
-func newFailing(match func(name string) bool) *failing {
-	f := &failing{match: match}
-	f.on.Store(true)
-	return f
-}
+func newFailing(match func(name string) bool) *failing { return redistest.NewFailing(match) }
 
 // failAll is a Redis that answers nothing.
 func failAll() *failing { return newFailing(func(string) bool { return true }) }
-
-func (f *failing) fails(cmd redis.Cmder) bool { return f.on.Load() && f.match(cmd.Name()) }
-
-func (*failing) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (f *failing) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if f.fails(cmd) {
-			err := errors.New("injected: connection refused")
-			cmd.SetErr(err)
-			return err
-		}
-		return next(ctx, cmd)
-	}
-}
-func (f *failing) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if slices.ContainsFunc(cmds, f.fails) {
-			err := errors.New("injected: connection refused")
-			for _, c := range cmds {
-				c.SetErr(err)
-			}
-			return err
-		}
-		return next(ctx, cmds)
-	}
-}
 
 // With LegacyKeysOff nothing of layout 1 is written, whoever is alive.
 func TestLegacyKeysOff(t *testing.T) {
