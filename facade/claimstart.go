@@ -147,7 +147,7 @@ func (c *Coordinator) startClaimed(pr *planRun, t *task.Task, acquired func(), l
 		// As startTask after a start write that did not land: the task is
 		// PENDING (or, if a lost answer landed and Redis stayed away past
 		// the lease, RUNNING without a holder: orphaned, for an operator).
-		c.forget(t.ID)
+		c.forget(t.ID, claim.Fence)
 		log.Warn().Err(err).Msg("could not mark task RUNNING; it will be started again")
 		return true, true
 	}

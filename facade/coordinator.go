@@ -343,15 +343,15 @@ func (c *Coordinator) queryCtx(ctx context.Context) (context.Context, context.Ca
 
 // forgetter is a Store that keeps copies of tasks in memory
 // (repository.Dual).
-type forgetter interface{ Forget(taskID string) }
+type forgetter interface{ Forget(taskID string, fence int64) }
 
-// forget tells the store that this instance stopped a run of task id
-// without its last write (lease lost, a start or failure not written):
-// its copy of the task is not the stored state, and it will not write it
-// again.
-func (c *Coordinator) forget(taskID string) {
+// forget tells the store that this instance stopped its run of task id
+// with fence without its last write (lease lost, a start or failure not
+// written): its copy of the task is not the stored state, and it will not
+// write it again. A newer run of the task here (another fence) keeps its.
+func (c *Coordinator) forget(taskID string, fence int64) {
 	if f, ok := c.store.(forgetter); ok {
-		f.Forget(taskID)
+		f.Forget(taskID, fence)
 	}
 }
 

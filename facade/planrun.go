@@ -372,7 +372,7 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) (again bool) {
 		// leftovers reads the plan's PENDING tasks again (fresh records,
 		// after a pause) and starts them through the lock and the plan's
 		// onTenantLocked policy again.
-		c.forget(t.ID)
+		c.forget(t.ID, lease.Fence())
 		log.Warn().Err(err).Msg("could not mark task RUNNING; it will be started again")
 		return true
 	}
@@ -435,7 +435,7 @@ func (c *Coordinator) refuseStart(t *task.Task, reason string, log zerolog.Logge
 		Events: []task.Event{{At: now.UTC(), Type: task.EventFailed, Reason: reason, Attempt: t.Attempt, Instance: c.cfg.Instance}},
 	})
 	if err != nil {
-		c.forget(t.ID)
+		c.forget(t.ID, t.Fence)
 		log.Warn().Err(err).Msg("could not record TENANT_LOCKED failure")
 		return
 	}

@@ -379,7 +379,7 @@ func (r *taskRun) regain() bool {
 // tenant now, and the fenced writes would be refused anyway.
 func (r *taskRun) leaseLost(err error) {
 	r.c.obs.LeaseLost()
-	r.c.forget(r.t.ID)
+	r.c.forget(r.t.ID, r.lease.Fence())
 	r.released = true // nothing of ours left to release
 	r.log.Error().Err(err).Int("stage_index", r.t.StageIndex).Msg("lease lost; task stopped without writing")
 	r.c.publishTask(r.t, task.Event{At: r.c.now().UTC(), Type: task.EventLeaseLost, Reason: leaseLostReason(err), Instance: r.c.cfg.Instance, Fence: r.lease.Fence()})

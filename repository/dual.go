@@ -459,6 +459,12 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 	if res.Seq > 0 {
 		// Also when the counts update failed after the record was written.
 		d.mem.MirrorWrite(tw, res)
+		if d.cfg.SharedWork && w.Task.Status != task.StatusRunning {
+			// Paused, queued again: any instance's to run next. Memory
+			// answers only the tasks running here (writtenHere) and would
+			// hold this one for good once another instance finished it.
+			d.Forget(w.Task.ID, w.Guard.Fence)
+		}
 		return res, err
 	}
 	var re *task.RefusedError
@@ -478,9 +484,9 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 		landed := re.Reason == task.RefusedSeq && re.Seq == w.ExpectSeq+1 &&
 			re.Fence == w.Guard.Fence && re.Owner == w.Task.Owner
 		d.mem.ResolvePendingWrite(w.Task.ID, w.ExpectSeq, landed)
-		if !landed && !d.cfg.SingleInstance {
+		if !landed {
 			// Redis holds a state of the task this writer does not know.
-			d.mem.Forget(w.Task.ID)
+			d.Forget(w.Task.ID, w.Guard.Fence)
 		}
 	}
 	return res, err
@@ -524,15 +530,15 @@ func (d *Dual) RequestTask(ctx context.Context, tenantID, taskID string, r task.
 	return t, err
 }
 
-// Forget drops the task from memory (Memory.Forget), for a run that stopped
-// without its last write: its lease was lost, or it gave up a write Redis
-// could not take. Memory would otherwise hold the task, RUNNING under this
-// instance, for good — and answer it so while Redis is unreachable, though
-// another instance took it over. Not in single-instance mode (memory holds
-// the newest state there).
-func (d *Dual) Forget(taskID string) {
+// Forget drops the task from memory (Memory.Forget: its copy of the run
+// with fence), for a run that stopped without its last write: its lease was
+// lost, or it gave up a write Redis could not take. Memory would otherwise
+// hold the task, RUNNING under this instance, for good — and answer it so
+// while Redis is unreachable, though another instance took it over. Not in
+// single-instance mode (memory holds the newest state there).
+func (d *Dual) Forget(taskID string, fence int64) {
 	if !d.cfg.SingleInstance {
-		d.mem.Forget(taskID)
+		d.mem.Forget(taskID, fence)
 	}
 }
 

@@ -298,17 +298,20 @@ func TestDualSharedCreatorLetsPlanGo(t *testing.T) {
 	}
 }
 
-// TestDualRefusedWriteLetsTaskGo: a write of this instance refused by Redis
-// (another instance took the task over) leaves memory with a copy that is
-// not the stored state, RUNNING under this instance: memory lets the task
-// go (it held it for good, and answered it so during outages).
+// TestDualRefusedWriteLetsTaskGo: shared work. A write of this instance
+// refused by Redis (another instance took the task over) leaves memory with
+// a copy that is not the stored state, RUNNING under this instance: memory
+// lets the task go (it held it for good, and answered it so during
+// outages).
 func TestDualRefusedWriteLetsTaskGo(t *testing.T) {
 	t.Parallel()
 	eachRedis(t, Config{}, func(t *testing.T, e *env) {
 		ctx := ctxT(t)
-		de, d := newDualEnv(t, e)
-		fx := createPlan(t, de, 1, 0)
-		mine := start(t, de, fx.tasks[0], 1)
+		d := NewDual(NewMemory(MemoryConfig{Clock: e.clock.Now, DropFinished: true}), e.redis, DualConfig{SharedWork: true})
+		de := *e
+		de.store = d
+		fx := createPlan(t, &de, 1, 0)
+		mine := start(t, &de, fx.tasks[0], 1)
 		stored, _, err := e.redis.Task(ctx, fx.tasks[0].ID)
 		if err != nil {
 			t.Fatal(err)

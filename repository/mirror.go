@@ -185,22 +185,23 @@ func (m *Memory) ResolvePendingWrite(taskID string, seq int64, landed bool) {
 	m.releaseLocked(mt)
 }
 
-// Forget drops task id from memory with its pending copies (not one with
-// queued operations, single-instance mode): this instance no longer knows
-// its state — its run lost the lease or gave up a write, or Redis refused
-// a write of it — and another instance may move it on, so memory must
-// neither answer it nor keep it. Its plan, if finished, goes too.
-func (m *Memory) Forget(taskID string) {
+// Forget drops task id from memory with its pending copies, when memory's
+// copy is the one a run with fence wrote: that run no longer knows the
+// task's state — it lost the lease or gave up a write, or Redis refused a
+// write of it — and another instance may move it on, so memory must
+// neither answer it nor keep it. A copy of another fence (a newer run of
+// the task on this instance) stays, and so does a task with queued
+// operations (single-instance mode) or whose plan memory holds: the plan's
+// counts moved with the copy's writes, and the copy's next write moves them
+// from its status (without it, from the write's previous status: twice).
+func (m *Memory) Forget(taskID string, fence int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mt := m.tasks[taskID]
-	if mt == nil || mt.queued > 0 {
+	if mt == nil || mt.queued > 0 || mt.t.Fence != fence || m.plans[mt.t.PlanID] != nil {
 		return
 	}
 	m.removeTaskLocked(mt.t)
-	if mp := m.plans[mt.t.PlanID]; mp != nil {
-		m.dropPlanIfFinished(mp)
-	}
 }
 
 // releaseLocked drops a task no longer held, and its plan, if finished.
