@@ -175,7 +175,6 @@ type InstanceView struct {
 func (c *Coordinator) Instances(ctx context.Context) ([]InstanceView, error) {
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
-	mark := c.readMark()
 	insts, err := c.store.Instances(ctx)
 	if err != nil {
 		return nil, translate(err, "instances")
@@ -201,7 +200,7 @@ func (c *Coordinator) Instances(ctx context.Context) ([]InstanceView, error) {
 		// reached the registry yet.
 		out = append([]InstanceView{{Instance: c.self(), Alive: true}}, out...)
 	}
-	if c.degradedSince(mark) {
+	if c.degradedOf(ctx) {
 		for i := range out {
 			out[i].Degraded = true
 		}

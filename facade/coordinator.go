@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
+	"github.com/deploycoord/deploycoord/internal/readmark"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/task/stage"
@@ -338,12 +339,16 @@ func (c *Coordinator) queryCtx(ctx context.Context) (context.Context, context.Ca
 	if c.degraded() {
 		d = min(d, DegradedQueryTimeout)
 	}
+	// A mark of its own for the query's reads (degradedOf).
+	ctx, _ = readmark.With(ctx)
 	return context.WithTimeout(ctx, d)
 }
 
 // forgetter is a Store that keeps copies of tasks in memory
 // (repository.Dual).
-type forgetter interface{ Forget(taskID string, fence int64) }
+type forgetter interface {
+	Forget(taskID string, fence int64)
+}
 
 // forget tells the store that this instance stopped its run of task id
 // with fence without its last write (lease lost, a start or failure not
@@ -355,25 +360,21 @@ func (c *Coordinator) forget(taskID string, fence int64) {
 	}
 }
 
-// memoryAnswers is a Store that counts its reads answered from memory
-// (repository.Dual).
-type memoryAnswers interface{ MemoryAnswers() uint64 }
+// pendingWrites is a Store that may hold writes for Redis (repository.Dual
+// in single-instance mode): while it does, Redis' records are behind.
+type pendingWrites interface{ Pending() int }
 
-// readMark is taken before a query's reads; degradedSince(mark) then says
-// whether their answers may have come from memory.
-func (c *Coordinator) readMark() uint64 {
-	if m, ok := c.store.(memoryAnswers); ok {
-		return m.MemoryAnswers()
+// degradedOf reports whether the answers of the reads made with ctx (a
+// query's, from queryCtx) may not be Redis' own: one came from memory (the
+// store marked ctx, readmark), or writes wait to be written back. The
+// store's Degraded flag is not asked: another goroutine's Redis call may
+// clear or set it between this query's reads and this look.
+func (c *Coordinator) degradedOf(ctx context.Context) bool {
+	if readmark.Memory(ctx) {
+		return true
 	}
-	return 0
-}
-
-// degradedSince reports whether answers read since mark may come from
-// memory: the store says it is degraded, or answered a read from memory
-// since mark — the store's flag alone misses a memory answer when another
-// goroutine's Redis call succeeded in between and cleared it.
-func (c *Coordinator) degradedSince(mark uint64) bool {
-	return c.degraded() || c.readMark() != mark
+	p, ok := c.store.(pendingWrites)
+	return ok && p.Pending() > 0
 }
 
 func (c *Coordinator) degraded() bool {

@@ -61,12 +61,11 @@ func (c *Coordinator) TasksByTenant(ctx context.Context, tenantIDs []string) (ma
 	}
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
-	mark := c.readMark()
 	ts, cks, err := c.store.TasksByTenant(ctx, tenantIDs)
 	if err != nil {
 		return nil, translate(err, "tasks")
 	}
-	degraded := c.degradedSince(mark)
+	degraded := c.degradedOf(ctx)
 	out := make(map[string]TaskView, len(ts))
 	for id, t := range ts {
 		out[id] = c.taskView(t, cks[id], degraded)

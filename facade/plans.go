@@ -132,13 +132,12 @@ func (c *Coordinator) Plan(ctx context.Context, planID string) (PlanView, error)
 	}
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
-	mark := c.readMark()
 	p, counts, err := c.store.Plan(ctx, planID)
 	if err != nil {
 		return PlanView{}, translate(err, "plan "+planID)
 	}
 	orphaned := c.orphanedCount(ctx, p, counts)
-	return PlanView{Plan: p, Counts: counts, Orphaned: orphaned, Degraded: c.degradedSince(mark)}, nil
+	return PlanView{Plan: p, Counts: counts, Orphaned: orphaned, Degraded: c.degradedOf(ctx)}, nil
 }
 
 // orphanedCount is how many of a plan's RUNNING tasks are orphaned, as the
@@ -224,7 +223,6 @@ func (c *Coordinator) Plans(ctx context.Context, f plan.ListFilter) ([]PlanView,
 	}
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
-	mark := c.readMark()
 	ps, next, err := c.store.Plans(ctx, f)
 	if err != nil {
 		return nil, "", translate(err, "plans")
@@ -239,7 +237,7 @@ func (c *Coordinator) Plans(ctx context.Context, f plan.ListFilter) ([]PlanView,
 	if err != nil {
 		return nil, "", translate(err, "plan counts")
 	}
-	degraded := c.degradedSince(mark)
+	degraded := c.degradedOf(ctx)
 	if err := fromMemory(degraded, len(ps), "plans"); err != nil {
 		return nil, "", err
 	}
@@ -282,12 +280,11 @@ func (c *Coordinator) PlanTasks(ctx context.Context, planID string, f plan.TaskF
 	f.Orphaned = false
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
-	mark := c.readMark()
 	ts, next, err := c.store.PlanTasks(ctx, planID, f)
 	if err != nil {
 		return nil, "", translate(err, "plan "+planID)
 	}
-	degraded := c.degradedSince(mark)
+	degraded := c.degradedOf(ctx)
 	views := make([]TaskView, 0, len(ts))
 	for _, t := range ts {
 		v := c.taskView(t, nil, degraded)

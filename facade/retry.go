@@ -416,10 +416,9 @@ func (c *Coordinator) localRun(taskID string) *taskRun {
 func (c *Coordinator) viewOf(ctx context.Context, taskID string) (TaskView, error) {
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
-	mark := c.readMark()
 	t, ck, err := c.store.Task(ctx, taskID)
 	if err != nil {
 		return TaskView{}, translate(err, fmt.Sprintf("task %s", taskID))
 	}
-	return c.taskView(t, ck, c.degradedSince(mark)), nil
+	return c.taskView(t, ck, c.degradedOf(ctx)), nil
 }

@@ -77,12 +77,11 @@ func (c *Coordinator) SearchTasks(ctx context.Context, q TaskQuery) (TaskPage, e
 	}
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
-	mark := c.readMark()
 	ts, next, err := c.store.SearchTasks(ctx, f)
 	if err != nil {
 		return TaskPage{}, translate(err, "tasks")
 	}
-	page := TaskPage{Tasks: make([]TaskView, 0, len(ts)), NextCursor: next, Degraded: c.degradedSince(mark)}
+	page := TaskPage{Tasks: make([]TaskView, 0, len(ts)), NextCursor: next, Degraded: c.degradedOf(ctx)}
 	for _, t := range ts {
 		page.Tasks = append(page.Tasks, c.taskView(t, nil, page.Degraded))
 	}

@@ -32,12 +32,11 @@ func (c *Coordinator) TaskByTenant(ctx context.Context, tenantID string) (TaskVi
 	}
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
-	mark := c.readMark()
 	t, ck, err := c.store.TaskByTenant(ctx, tenantID)
 	if err != nil {
 		return TaskView{}, translate(err, "task of tenant "+tenantID)
 	}
-	v := c.taskView(t, ck, c.degradedSince(mark))
+	v := c.taskView(t, ck, c.degradedOf(ctx))
 	if t.Status == task.StatusRunning {
 		// One more round trip, for running tasks only: when the lock frees
 		// is what an operator waiting to retry an orphaned task needs.
@@ -92,12 +91,11 @@ func (c *Coordinator) History(ctx context.Context, tenantID string, limit int) (
 	}
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
-	mark := c.readMark()
 	ts, err := c.store.TenantHistory(ctx, tenantID, limit)
 	if err != nil {
 		return nil, translate(err, "history of tenant "+tenantID)
 	}
-	degraded := c.degradedSince(mark)
+	degraded := c.degradedOf(ctx)
 	if err := fromMemory(degraded, len(ts), "the history of tenant "+tenantID); err != nil {
 		return nil, err
 	}
@@ -127,7 +125,6 @@ func (c *Coordinator) Timeline(ctx context.Context, tenantID string, limit int) 
 	}
 	ctx, cancel := c.queryCtx(ctx)
 	defer cancel()
-	mark := c.readMark()
 	t, _, err := c.store.TaskByTenant(ctx, tenantID)
 	if err != nil {
 		return TimelineView{}, translate(err, "task of tenant "+tenantID)
@@ -136,7 +133,7 @@ func (c *Coordinator) Timeline(ctx context.Context, tenantID string, limit int) 
 	if err != nil {
 		return TimelineView{}, translate(err, "timeline of task "+t.ID)
 	}
-	return TimelineView{TenantID: tenantID, TaskID: t.ID, Events: evs, Degraded: c.degradedSince(mark)}, nil
+	return TimelineView{TenantID: tenantID, TaskID: t.ID, Events: evs, Degraded: c.degradedOf(ctx)}, nil
 }
 
 // Lock returns who holds the tenant's lock, for how long, with which fence.

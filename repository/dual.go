@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
+	"github.com/deploycoord/deploycoord/internal/readmark"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 )
@@ -84,8 +85,6 @@ type Dual struct {
 	r        *Redis
 	cfg      DualConfig
 	degraded atomic.Bool
-	// memAnswers counts the reads answered from memory (MemoryAnswers).
-	memAnswers atomic.Uint64
 
 	// mu guards the queue; it is held while an operation is applied to
 	// memory and queued, so the two orders agree.
@@ -122,15 +121,6 @@ func NewDual(mem *Memory, r *Redis, cfg ...DualConfig) *Dual {
 // call found it unreachable and none has succeeded since, or (single
 // instance) writes wait to be written back.
 func (d *Dual) Degraded() bool { return d.degraded.Load() || d.Pending() > 0 }
-
-// MemoryAnswers counts the reads answered from memory so far. Degraded is
-// one flag for the whole store, which any Redis call that succeeds clears —
-// another goroutine's, between a read answered from memory and the
-// caller's look at the flag (a heartbeat, the run-id check, a master of a
-// Cluster that still answers). A caller that reads this count before a
-// read and finds it moved after knows that a read of the store, maybe its
-// own, came from memory meanwhile: its answer may be degraded.
-func (d *Dual) MemoryAnswers() uint64 { return d.memAnswers.Load() }
 
 // Pending returns how many operations wait to be written back to Redis
 // (single-instance mode; always 0 otherwise).
@@ -183,8 +173,9 @@ func missing(err error) bool {
 }
 
 // fallback returns the memory answer when Redis was unreachable, unless
-// memory does not know the answer either.
-func fallback[T any](d *Dual, v T, err error, mem func() (T, error)) (T, error) {
+// memory does not know the answer either; a memory answer marks ctx
+// (readmark.FromMemory: the caller's Degraded for this very read).
+func fallback[T any](ctx context.Context, d *Dual, v T, err error, mem func() (T, error)) (T, error) {
 	d.observe(err)
 	if !IsUnavailable(err) {
 		return v, err
@@ -193,7 +184,7 @@ func fallback[T any](d *Dual, v T, err error, mem func() (T, error)) (T, error) 
 	if merr != nil && isNotFound(merr) {
 		return v, err
 	}
-	d.memAnswers.Add(1)
+	readmark.FromMemory(ctx)
 	return mv, merr
 }
 
@@ -253,16 +244,16 @@ func (d *Dual) queued() bool { return d.cfg.SingleInstance && d.Pending() > 0 }
 
 // read answers from memory while writes are queued (from Redis for what
 // memory does not hold), else from Redis with the memory fallback.
-func read[T any](d *Dual, fromRedis, fromMem func() (T, error)) (T, error) {
+func read[T any](ctx context.Context, d *Dual, fromRedis, fromMem func() (T, error)) (T, error) {
 	if d.queued() {
 		v, err := fromMem()
 		if err == nil || !isNotFound(err) {
-			d.memAnswers.Add(1)
+			readmark.FromMemory(ctx)
 			return v, err
 		}
 	}
 	v, err := fromRedis()
-	return fallback(d, v, err, fromMem)
+	return fallback(ctx, d, v, err, fromMem)
 }
 
 // ---- plans -----------------------------------------------------------------
@@ -349,7 +340,7 @@ type planAndCounts struct {
 
 // Plan reads Redis, or memory (see Dual).
 func (d *Dual) Plan(ctx context.Context, planID string) (*plan.Plan, plan.Counts, error) {
-	v, err := read(d, func() (planAndCounts, error) {
+	v, err := read(ctx, d, func() (planAndCounts, error) {
 		p, c, err := d.r.Plan(ctx, planID)
 		return planAndCounts{p, c}, err
 	}, memPlans(d, func() (planAndCounts, error) {
@@ -366,7 +357,7 @@ type page[T any] struct {
 
 // Plans reads Redis, or memory (see Dual).
 func (d *Dual) Plans(ctx context.Context, f plan.ListFilter) ([]*plan.Plan, string, error) {
-	v, err := read(d, func() (page[*plan.Plan], error) {
+	v, err := read(ctx, d, func() (page[*plan.Plan], error) {
 		ps, next, err := d.r.Plans(ctx, f)
 		return page[*plan.Plan]{ps, next}, err
 	}, memPlans(d, func() (page[*plan.Plan], error) {
@@ -378,7 +369,7 @@ func (d *Dual) Plans(ctx context.Context, f plan.ListFilter) ([]*plan.Plan, stri
 
 // PlanTasks reads Redis, or memory (see Dual).
 func (d *Dual) PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) ([]*task.Task, string, error) {
-	v, err := read(d, func() (page[*task.Task], error) {
+	v, err := read(ctx, d, func() (page[*task.Task], error) {
 		ts, next, err := d.r.PlanTasks(ctx, planID, f)
 		return page[*task.Task]{ts, next}, err
 	}, func() (page[*task.Task], error) {
@@ -412,7 +403,7 @@ func (d *Dual) RepairCounts(ctx context.Context, planID string) (plan.Counts, bo
 
 // RunningByOwner reads Redis, or memory (see Dual).
 func (d *Dual) RunningByOwner(ctx context.Context, planID string, owners []string) (map[string]int, error) {
-	return read(d, func() (map[string]int, error) {
+	return read(ctx, d, func() (map[string]int, error) {
 		return d.r.RunningByOwner(ctx, planID, owners)
 	}, memPlans(d, func() (map[string]int, error) {
 		return d.mem.RunningByOwner(ctx, planID, owners)
@@ -573,7 +564,7 @@ type taskAndCheckpoint struct {
 
 // TaskByTenant reads Redis, or memory (see Dual).
 func (d *Dual) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, *checkpoint.Checkpoint, error) {
-	v, err := read(d, func() (taskAndCheckpoint, error) {
+	v, err := read(ctx, d, func() (taskAndCheckpoint, error) {
 		t, c, err := d.r.TaskByTenant(ctx, tenantID)
 		return taskAndCheckpoint{t, c}, err
 	}, func() (taskAndCheckpoint, error) {
@@ -588,7 +579,7 @@ func (d *Dual) TaskByTenant(ctx context.Context, tenantID string) (*task.Task, *
 
 // Task reads Redis, or memory (see Dual).
 func (d *Dual) Task(ctx context.Context, taskID string) (*task.Task, *checkpoint.Checkpoint, error) {
-	v, err := read(d, func() (taskAndCheckpoint, error) {
+	v, err := read(ctx, d, func() (taskAndCheckpoint, error) {
 		t, c, err := d.r.Task(ctx, taskID)
 		return taskAndCheckpoint{t, c}, err
 	}, func() (taskAndCheckpoint, error) {
@@ -612,7 +603,7 @@ func (d *Dual) TasksByTenant(ctx context.Context, tenantIDs []string) (map[strin
 		if mts, mcs, err = d.mem.TasksByTenant(ctx, tenantIDs); err != nil {
 			return nil, nil, err
 		}
-		d.memAnswers.Add(1)
+		readmark.FromMemory(ctx)
 	}
 	ts, cs, err := d.r.TasksByTenant(ctx, tenantIDs)
 	d.observe(err)
@@ -634,7 +625,7 @@ func (d *Dual) TasksByTenant(ctx context.Context, tenantIDs []string) (map[strin
 			return nil, nil, &UnavailableError{Op: "tasks by tenant", msg: fmt.Sprintf(
 				"memory holds only this instance's unfinished work, not the tasks of %d of the %d tenants", missing, len(tenantIDs))}
 		}
-		d.memAnswers.Add(1)
+		readmark.FromMemory(ctx)
 		return mts, mcs, nil
 	case err != nil:
 		return nil, nil, err
@@ -662,7 +653,7 @@ func missingTenants(ts map[string]*task.Task, ids []string) int {
 
 // TenantHistory reads Redis, or memory (see Dual).
 func (d *Dual) TenantHistory(ctx context.Context, tenantID string, limit int) ([]*task.Task, error) {
-	return read(d, func() ([]*task.Task, error) {
+	return read(ctx, d, func() ([]*task.Task, error) {
 		return d.r.TenantHistory(ctx, tenantID, limit)
 	}, memTasks(d, func() ([]*task.Task, error) {
 		return d.mem.TenantHistory(ctx, tenantID, limit)
@@ -671,7 +662,7 @@ func (d *Dual) TenantHistory(ctx context.Context, tenantID string, limit int) ([
 
 // Timeline reads Redis, or memory (see Dual).
 func (d *Dual) Timeline(ctx context.Context, tenantID, taskID string, limit int) ([]task.Event, error) {
-	return read(d, func() ([]task.Event, error) {
+	return read(ctx, d, func() ([]task.Event, error) {
 		return d.r.Timeline(ctx, tenantID, taskID, limit)
 	}, func() ([]task.Event, error) {
 		if t, _, err := d.mem.Task(ctx, taskID); err == nil && !d.writtenHere(t) {
@@ -708,7 +699,7 @@ func (d *Dual) DeregisterInstance(ctx context.Context, id string) error {
 // registered when Redis is unreachable.
 func (d *Dual) Instances(ctx context.Context) ([]task.Instance, error) {
 	insts, err := d.r.Instances(ctx)
-	return fallback(d, insts, err, func() ([]task.Instance, error) { return d.mem.Instances(ctx) })
+	return fallback(ctx, d, insts, err, func() ([]task.Instance, error) { return d.mem.Instances(ctx) })
 }
 
 // PublishEvents publishes to the Redis feed only.

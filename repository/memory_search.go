@@ -124,7 +124,7 @@ func (m *Memory) HeldTasks(planID string, f plan.TaskFilter) ([]*task.Task, erro
 
 // SearchTasks reads Redis, or memory (see Dual).
 func (d *Dual) SearchTasks(ctx context.Context, f plan.TaskSearch) ([]*task.Task, string, error) {
-	v, err := read(d, func() (page[*task.Task], error) {
+	v, err := read(ctx, d, func() (page[*task.Task], error) {
 		ts, next, err := d.r.SearchTasks(ctx, f)
 		return page[*task.Task]{ts, next}, err
 	}, func() (page[*task.Task], error) {

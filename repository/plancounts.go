@@ -85,7 +85,7 @@ func (m *Memory) PlanCounts(ctx context.Context, planIDs []string) (map[string]p
 
 // PlanCounts reads Redis, or memory (see Dual).
 func (d *Dual) PlanCounts(ctx context.Context, planIDs []string) (map[string]plan.Counts, error) {
-	return read(d, func() (map[string]plan.Counts, error) {
+	return read(ctx, d, func() (map[string]plan.Counts, error) {
 		return d.r.PlanCounts(ctx, planIDs)
 	}, memPlans(d, func() (map[string]plan.Counts, error) {
 		return d.mem.PlanCounts(ctx, planIDs)
