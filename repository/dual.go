@@ -376,7 +376,12 @@ func (d *Dual) PlanTasks(ctx context.Context, planID string, f plan.TaskFilter) 
 		var next string
 		ts, err := memTasks(d, func() (ts []*task.Task, err error) {
 			if d.cfg.SharedWork {
-				// Memory holds no shared plan, only the tasks run here.
+				// Memory holds no shared plan, only the tasks run here: one
+				// page of them, which a cursor (a later page of Redis'
+				// listing) cannot continue.
+				if f.Cursor != "" {
+					return nil, errNotHeld
+				}
 				return d.mem.HeldTasks(planID, f)
 			}
 			ts, next, err = d.mem.PlanTasks(ctx, planID, f)

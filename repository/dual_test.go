@@ -242,6 +242,9 @@ func TestDualSharedWorkAnswersOnlyItsOwnWrites(t *testing.T) {
 	}
 	ts, _, err := d.PlanTasks(ctx, fx.plan.ID, plan.TaskFilter{})
 	only("plan tasks", ts, err)
+	if ts, _, err := d.PlanTasks(ctx, fx.plan.ID, plan.TaskFilter{Cursor: "2"}); !IsUnavailable(err) {
+		t.Errorf("a later page of the plan's tasks with Redis down: %d tasks, %v; want unavailable (memory's one page is not it)", len(ts), err)
+	}
 	ts, _, err = d.SearchTasks(ctx, plan.TaskSearch{})
 	only("search", ts, err)
 	ts, err = d.TenantHistory(ctx, tenantName(0), 10)
