@@ -634,7 +634,7 @@ func (r *Redis) RepairCounts(ctx context.Context, planID string) (_ plan.Counts,
 	}
 	args := []any{formatTime(r.now()), r.ttlMs(), plan.ReasonFailureThreshold}
 	for i, id := range ids {
-		args = append(args, id, entries[i].String())
+		args = append(args, id, entries[i].String(), led.Val()[ledgerPrefix+id])
 	}
 	v, err := r.run(ctx, repairPlanCountsScript, []string{pk.counts, pk.plan, pk.tasks}, args...)
 	if err != nil {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,6 +341,11 @@ func TestRedisRepairCounts(t *testing.T) {
 		e.client.HSet(ctx, pk.counts, "t:"+fx.tasks[1].ID, "FAILED|2|1|||t-00001")     // same key as the record, wrong status
 		e.client.HSet(ctx, pk.counts, "t:"+fx.tasks[10].ID, "garbage")                 // unreadable
 		e.client.HSet(ctx, pk.counts, "t:"+fx.tasks[9].ID, "PENDING|0|0||"+"|t-00009") // fine
+		// Ahead of its record: the move of a write Redis refused, whose
+		// writer died before correcting it (a shutdown cut short, a crash).
+		// The recount must win (the repair kept it as "a write landed
+		// meanwhile": a plan COMPLETED with a task RUNNING, a chaos run).
+		e.client.HSet(ctx, pk.counts, "t:"+fx.tasks[6].ID, "COMPLETED|3|1|w-lost|coord-a|t-00006")
 		if _, c, _ := e.store.Plan(ctx, fx.plan.ID); c[task.StatusPending] != 99 {
 			t.Fatalf("corruption did not take: %v", c)
 		}
@@ -933,4 +940,56 @@ func countType(evs []task.Event, typ task.EventType) int {
 		}
 	}
 	return n
+}
+
+// afterPipeline calls then once, after the first pipeline it sees that
+// holds a command named name and none named skip (once armed).
+type afterPipeline struct {
+	armed      atomic.Bool
+	name, skip string
+	then       func()
+}
+
+func (*afterPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*afterPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *afterPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		has := func(n string) bool {
+			return slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == n })
+		}
+		if has(h.name) && !has(h.skip) && h.armed.CompareAndSwap(true, false) {
+			h.then()
+		}
+		return err
+	}
+}
+
+// TestRedisRepairKeepsWriteLandedMeanwhile: a task write that lands while a
+// repair recounts (after the ledger was read, before the repair's script)
+// is kept: its ledger entry changed since the read, the recount is behind.
+func TestRedisRepairKeepsWriteLandedMeanwhile(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	hook := &afterPipeline{name: "hmget", skip: "lrange"}
+	hooked := srv.Client()
+	hooked.AddHook(hook)
+	e := newRedisEnv(t, hooked, "x:", Config{})
+	other := newRedisEnv(t, srv.Client(), "x:", Config{})
+	ctx := ctxT(t)
+	fx := createPlan(t, e, 3, 0)
+	r := start(t, other, fx.tasks[0], 1)
+	hook.then = func() { r.complete() } // lands during the recount
+	hook.armed.Store(true)
+	got, _, err := e.store.RepairCounts(ctx, fx.plan.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hook.armed.Load() {
+		t.Fatal("the write was never sent during the recount")
+	}
+	if got[task.StatusCompleted] != 1 || got[task.StatusRunning] != 0 || got[task.StatusPending] != 2 {
+		t.Fatalf("RepairCounts = %s, want the write that landed meanwhile counted (1 COMPLETED, 2 PENDING)", countsString(got))
+	}
+	checkCounts(t, e, fx.plan.ID)
 }

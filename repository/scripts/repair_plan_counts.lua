@@ -2,7 +2,10 @@
 -- task records, in the plan's slot. Prepended with derive_plan.lua.
 --
 -- The recount was read before this script runs, so a ledger entry newer than
--- the recounted one (greater (seq, fence)) is kept: a write landed meanwhile.
+-- the recounted one (greater (seq, fence)) is kept when it changed since it
+-- was read before the recount: a write landed meanwhile. One that was
+-- already there is the move of a write Redis refused, whose writer did not
+-- correct it (it died, or its shutdown was cut short): the recount wins.
 -- Every counter is then recomputed from the merged ledger, and the plan's
 -- status derived with no task move (a recount neither reopens a finished plan
 -- nor pauses one on its failure threshold).
@@ -13,18 +16,19 @@
 -- ARGV[1] -> now (RFC 3339)
 -- ARGV[2] -> TTL in milliseconds
 -- ARGV[3] -> reason of a pause by the failure threshold
--- ARGV[4 ..] -> task id, recounted ledger entry, task id, entry, ...
+-- ARGV[4 ..] -> task id, recounted ledger entry, the entry as read before
+--               the recount ("" for none), task id, ...
 -- Returns {plan status, PENDING, RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED,
 -- 1 if this repair's derivation changed the plan's status else 0}.
 
 if redis.call('EXISTS', KEYS[2]) == 0 then return {''} end
 local ids, entries = {}, {}
-for i = 4, #ARGV, 2 do
-  local id, entry = ARGV[i], ARGV[i + 1]
+for i = 4, #ARGV, 3 do
+  local id, entry, before = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local new = parse_ledger(entry)
   local raw = redis.call('HGET', KEYS[1], 't:' .. id)
   local cur = parse_ledger(raw)
-  if cur and new and (cur.seq > new.seq or (cur.seq == new.seq and cur.fence > new.fence)) then
+  if raw ~= before and cur and new and (cur.seq > new.seq or (cur.seq == new.seq and cur.fence > new.fence)) then
     entry = raw
   end
   ids[#ids + 1] = id
