@@ -132,19 +132,24 @@ func (c *Coordinator) RetryPlan(ctx context.Context, planID string, req PlanRetr
 		}
 	}
 	// A cancel of the plan while this retry goes through its tenants stops
-	// it: each tenant's retry reads the plan, and once it reads CANCELLED
-	// after the plan was open during this retry — it was not CANCELLED when
-	// the retry began, or this retry reopened it, or a read saw it open —
-	// the rest are skipped. (A tenant being written at the cancel's very
-	// moment may still reopen the plan.)
+	// it: each tenant's retry reads the plan, and once it reads a cancel
+	// newer than the one the plan had when the retry began (CancelledAt,
+	// which a retry that reopens the plan keeps) — or reads it CANCELLED
+	// after it was open during this retry — the rest are skipped. (A tenant
+	// being written at the cancel's very moment may still reopen the plan,
+	// and run.)
 	var cancelled error
 	open := p.Status != plan.StatusCancelled
 	planOK := func(cur *plan.Plan) error {
 		switch {
+		case !cur.CancelledAt.Equal(p.CancelledAt) || (cur.Status == plan.StatusCancelled && open):
+			reason := cur.Reason
+			if cur.Status != plan.StatusCancelled {
+				reason = "then reopened by a tenant written at that moment"
+			}
+			cancelled = wrapf(ErrPlanFinished, "plan %s was cancelled after this bulk retry began (%s); this tenant and the rest were not retried", planID, task.Quote(reason))
 		case cur.Status != plan.StatusCancelled:
 			open = true
-		case open:
-			cancelled = wrapf(ErrPlanFinished, "plan %s was cancelled after this bulk retry began (%s); this tenant and the rest were not retried", planID, task.Quote(cur.Reason))
 		}
 		return cancelled
 	}

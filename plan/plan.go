@@ -134,6 +134,9 @@ type Plan struct {
 	StartedAt  time.Time
 	FinishedAt time.Time
 	UpdatedAt  time.Time
+	// CancelledAt is when the plan was last cancelled; a retry that reopens
+	// it keeps it (a bulk retry that began before it stops: facade).
+	CancelledAt time.Time
 }
 
 // NewID returns a new time-ordered plan id: "plan-" and a ULID.
@@ -223,6 +226,7 @@ func (p *Plan) Cancel(now time.Time, reason string) error {
 	}
 	p.Reason = reason
 	p.FinishedAt = now.UTC()
+	p.CancelledAt = now.UTC()
 	return nil
 }
 

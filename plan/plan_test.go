@@ -122,7 +122,7 @@ func TestPlanMethods(t *testing.T) {
 		{"Cancel", plan.StatusCancelled, []plan.Status{plan.StatusCreated, plan.StatusRunning, plan.StatusPaused},
 			func(p *plan.Plan) error { return p.Cancel(now, "abandoned") },
 			func(w *plan.Plan) {
-				w.Status, w.Reason, w.FinishedAt, w.UpdatedAt = plan.StatusCancelled, "abandoned", u, u
+				w.Status, w.Reason, w.FinishedAt, w.UpdatedAt, w.CancelledAt = plan.StatusCancelled, "abandoned", u, u, u
 			}},
 	}
 	for _, m := range methods {

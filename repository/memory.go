@@ -323,6 +323,7 @@ func (m *Memory) updatePlan(p *plan.Plan, from []plan.Status, queued bool) error
 func (m *Memory) setPlanState(mp *memPlan, p *plan.Plan) {
 	mp.p.Status, mp.p.Reason, mp.p.Owner = p.Status, p.Reason, p.Owner
 	mp.p.StartedAt, mp.p.FinishedAt, mp.p.UpdatedAt = utc(p.StartedAt), utc(p.FinishedAt), utc(p.UpdatedAt)
+	mp.p.CancelledAt = utc(p.CancelledAt)
 	m.dropPlanIfFinished(mp)
 }
 

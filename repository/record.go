@@ -39,6 +39,7 @@ const (
 	fStartedAt      = "startedAt"
 	fFinishedAt     = "finishedAt"
 	fUpdatedAt      = "updatedAt"
+	fCancelledAt    = "cancelledAt"
 	// fTTLAt is when the task's keys last got their TTL (the writer's
 	// clock, Unix ms; see write_task.lua).
 	fTTLAt = "ttlAt"
@@ -343,6 +344,7 @@ func planRecord(p *plan.Plan) ([]string, error) {
 		fOwner, p.Owner, fTotalTasks, strconv.Itoa(p.TotalTasks),
 		fCreatedAt, formatTime(p.CreatedAt), fStartedAt, formatTime(p.StartedAt),
 		fFinishedAt, formatTime(p.FinishedAt), fUpdatedAt, formatTime(p.UpdatedAt),
+		fCancelledAt, formatTime(p.CancelledAt),
 	}, nil
 }
 
@@ -351,7 +353,7 @@ func planState(p *plan.Plan) []string {
 	return []string{
 		fStatus, string(p.Status), fReason, p.Reason, fOwner, p.Owner,
 		fStartedAt, formatTime(p.StartedAt), fFinishedAt, formatTime(p.FinishedAt),
-		fUpdatedAt, formatTime(p.UpdatedAt),
+		fUpdatedAt, formatTime(p.UpdatedAt), fCancelledAt, formatTime(p.CancelledAt),
 	}
 }
 
@@ -367,7 +369,7 @@ func decodePlan(key string, m map[string]string) (*plan.Plan, error) {
 		OnTenantLocked: plan.LockPolicy(r.str(fOnTenantLocked)), LockWait: r.duration(fLockWait),
 		MaxFailed: r.int(fMaxFailed), Owner: r.str(fOwner), TotalTasks: r.int(fTotalTasks),
 		CreatedAt: r.time(fCreatedAt), StartedAt: r.time(fStartedAt),
-		FinishedAt: r.time(fFinishedAt), UpdatedAt: r.time(fUpdatedAt),
+		FinishedAt: r.time(fFinishedAt), UpdatedAt: r.time(fUpdatedAt), CancelledAt: r.time(fCancelledAt),
 	}
 	r.json(fStages, &p.Stages)
 	r.json(fParams, &p.Params)
