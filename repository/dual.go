@@ -42,6 +42,15 @@ type DualConfig struct {
 	// (written RUNNING here) — the others get the Redis error, as on an
 	// instance that never held them, rather than a stale answer.
 	SharedWork bool
+	// Lease, with SharedWork, is the tenant lock's lease: a task this
+	// instance runs is answered from memory only if its heartbeat there was
+	// younger than a lease when Redis became unreachable — otherwise its
+	// lease had lapsed while Redis still answered the others (this process
+	// was frozen, say), and another instance may have taken it over. During
+	// the outage itself nobody else can move it. 0: no such check.
+	Lease time.Duration
+	// Clock is the time of that check (default time.Now).
+	Clock func() time.Time
 	// ProbeInterval is how often the flusher pings Redis while writes are
 	// queued (default ProbeIntervalDefault).
 	ProbeInterval time.Duration
@@ -85,6 +94,9 @@ type Dual struct {
 	r        *Redis
 	cfg      DualConfig
 	degraded atomic.Bool
+	// downSince is when Redis was first seen unreachable after it last
+	// answered (Unix ns; 0 while it answers).
+	downSince atomic.Int64
 
 	// mu guards the queue; it is held while an operation is applied to
 	// memory and queued, so the two orders agree.
@@ -113,6 +125,9 @@ func NewDual(mem *Memory, r *Redis, cfg ...DualConfig) *Dual {
 	}
 	if c.OnReplayError == nil {
 		c.OnReplayError = func(error) {}
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 	return &Dual{mem: mem, r: r, cfg: c, wake: make(chan struct{}, 1)}
 }
@@ -153,8 +168,10 @@ func (d *Dual) observe(err error) {
 	switch {
 	case err == nil:
 		d.degraded.Store(false)
+		d.downSince.Store(0)
 	case IsUnavailable(err):
 		d.degraded.Store(true)
+		d.downSince.CompareAndSwap(0, d.cfg.Clock().UnixNano())
 	case errors.Is(err, task.ErrInvalid), errors.Is(err, plan.ErrInvalid), errors.Is(err, context.Canceled):
 	default:
 		d.degraded.Store(false)
@@ -206,11 +223,20 @@ func memPlans[T any](d *Dual, fromMem func() (T, error)) func() (T, error) {
 
 // writtenHere reports whether memory's copy of t may answer a degraded
 // read: always, but with SharedWork only a task this instance runs — one it
-// wrote RUNNING (seq > 0: a created copy has seq 0). A PENDING or PAUSED
-// task it wrote (a queued retry, a paused task) is any instance's to start
-// next, and may have moved on elsewhere.
+// wrote RUNNING (seq > 0: a created copy has seq 0) whose heartbeat was
+// within a lease when Redis went away (DualConfig.Lease). A PENDING or
+// PAUSED task it wrote (a queued retry, a paused task) is any instance's to
+// start next, and one whose lease had lapsed may have been taken over:
+// either may have moved on elsewhere.
 func (d *Dual) writtenHere(t *task.Task) bool {
-	return !d.cfg.SharedWork || (t.Seq > 0 && t.Status == task.StatusRunning)
+	if !d.cfg.SharedWork {
+		return true
+	}
+	if t.Seq == 0 || t.Status != task.StatusRunning {
+		return false
+	}
+	since := d.downSince.Load()
+	return d.cfg.Lease <= 0 || since == 0 || time.Unix(0, since).Sub(t.HeartbeatAt) <= d.cfg.Lease
 }
 
 // memTasks returns fromMem keeping only the tasks writtenHere; errNotHeld

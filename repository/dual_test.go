@@ -366,3 +366,39 @@ func TestDualAbandonedPlanUpdateLetGo(t *testing.T) {
 		t.Errorf("memory holds plans/tasks/fresh sets/index/history %v, want nothing", sizes)
 	}
 }
+
+// TestDualSharedWorkLapsedLeaseNotAnswered: a task this instance runs whose
+// heartbeat in memory is older than a lease (the process was frozen past
+// its lease; another instance may have taken the task over and completed
+// it) is not answered from memory while Redis is unreachable: a chaos run
+// saw RUNNING, owner this instance, attempt 1 for a task COMPLETED at
+// attempt 2 elsewhere, for 12 s.
+func TestDualSharedWorkLapsedLeaseNotAnswered(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	re := newRedisEnv(t, outageClient(t, srv), "x:", Config{})
+	d := NewDual(NewMemory(MemoryConfig{Clock: re.clock.Now, DropFinished: true}), re.redis,
+		DualConfig{SharedWork: true, Lease: 10 * time.Second, Clock: re.clock.Now})
+	e := *re
+	e.store = d
+	ctx := ctxT(t)
+	fx := createPlan(t, &e, 2, 0)
+	start(t, &e, fx.tasks[0], 1)
+	start(t, &e, fx.tasks[1], 1)
+	re.clock.Add(11 * time.Second)
+	if err := d.Beat(ctx, tenantName(1), fx.tasks[1].ID, task.Guard{LockValue: "lock-t-00001-1", Fence: 1}, re.clock.Now()); err != nil {
+		t.Fatal(err) // tenant 1 heartbeats; tenant 0's heartbeat is a lease old
+	}
+	srv.Kill()
+	if got, _, err := d.TaskByTenant(ctx, tenantName(0)); !IsUnavailable(err) {
+		t.Errorf("a task whose lease lapsed, Redis down: %s owner %s, %v; want unavailable", got.Status, got.Owner, err)
+	}
+	if got, _, err := d.TaskByTenant(ctx, tenantName(1)); err != nil || got.Status != task.StatusRunning {
+		t.Errorf("a task heartbeating here, Redis down: %+v, %v; want it from memory", got, err)
+	}
+	// A long outage does not age it out: nobody else could move it.
+	re.clock.Add(time.Minute)
+	if got, _, err := d.TaskByTenant(ctx, tenantName(1)); err != nil || got.Status != task.StatusRunning {
+		t.Errorf("the same a minute into the outage: %+v, %v; want it from memory", got, err)
+	}
+}

@@ -223,6 +223,7 @@ func (m *Main) Run(ctx context.Context) error {
 	// With shared plans, other instances run this one's plans: memory's
 	// copies of them answer no degraded read (repository.DualConfig).
 	dualCfg.SharedWork = c.SharedPlans && !c.SingleInstance
+	dualCfg.Lease = c.LockLease
 	m.store = repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), redisStore, dualCfg)
 	// Stopped by Close (after the coordinator), not by ctx: queued writes
 	// must be written back as long as the coordinator may still make them.
