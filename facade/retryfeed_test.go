@@ -396,12 +396,9 @@ func TestPlanCancelStopsBulkRetry(t *testing.T) {
 func planCancelStopsBulkRetry(t *testing.T, from plan.Status, reopen bool) {
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		b := setup(t, be, sharedMode)
-		b.stopDefault()
 		// No retried task starts while the bulk retry goes on (one starting
 		// at the cancel's very moment may reopen the plan: documented).
-		gate := &gatedRedisClaims{Redis: b.store}
-		gate.open.Store(true)
-		c := newCoordinator(t, b, gate, b.locks, "coord-a", nil)
+		c, gate := gatedCoord(t, b)
 		ctx := context.Background()
 		ts := make([]string, 8)
 		for i := range ts {
@@ -530,10 +527,7 @@ func TestPlanCancelReasonReachesRunningTasks(t *testing.T) {
 func TestPlanResumeRunsPausedTasksFirst(t *testing.T) {
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
 		b := setup(t, be, sharedMode)
-		b.stopDefault()
-		store := &gatedRedisClaims{Redis: b.store}
-		store.open.Store(true)
-		c := newCoordinator(t, b, store, b.locks, "coord-a", nil)
+		c, store := gatedCoord(t, b)
 		ctx := context.Background()
 		ts := []string{"rf-0", "rf-1", "rf-2", "rf-3", "rf-4", "rf-5"}
 		s := spec([]task.StageSpec{gateStage("hold"), noopStage("after")}, ts...)
@@ -566,6 +560,16 @@ func TestPlanResumeRunsPausedTasksFirst(t *testing.T) {
 		b.gates.openAll()
 		b.waitPlan(c, v.ID, plan.StatusCompleted)
 	})
+}
+
+// gatedCoord replaces b's coordinator with one, coord-a, whose claims are
+// gated (open to begin with).
+func gatedCoord(t *testing.T, b *bundle) (*facade.Coordinator, *gatedRedisClaims) {
+	t.Helper()
+	b.stopDefault()
+	gate := &gatedRedisClaims{Redis: b.store}
+	gate.open.Store(true)
+	return newCoordinator(t, b, gate, b.locks, "coord-a", nil), gate
 }
 
 // gatedRedisClaims is a Redis store whose claims take nothing (they answer
