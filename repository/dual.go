@@ -95,8 +95,13 @@ type Dual struct {
 	cfg      DualConfig
 	degraded atomic.Bool
 	// downSince is when Redis was first seen unreachable after it last
-	// answered (Unix ns; 0 while it answers).
-	downSince atomic.Int64
+	// answered (Unix ns; 0 while it answers), lastDown when it was last
+	// seen so: a failure more than a lease after the last one starts a new
+	// outage — an instance Redis does not answer fails a call every second
+	// (its run-id check) and every heartbeat, so such a gap is a process
+	// that made no call (frozen) while Redis may have come back; and only a
+	// freeze longer than a lease lets a lease lapse.
+	downSince, lastDown atomic.Int64
 
 	// mu guards the queue; it is held while an operation is applied to
 	// memory and queued, so the two orders agree.
@@ -171,10 +176,17 @@ func (d *Dual) observe(err error) {
 		d.downSince.Store(0)
 	case IsUnavailable(err):
 		d.degraded.Store(true)
-		d.downSince.CompareAndSwap(0, d.cfg.Clock().UnixNano())
+		now := d.cfg.Clock().UnixNano()
+		if last := d.lastDown.Swap(now); d.cfg.Lease > 0 && now-last > int64(d.cfg.Lease) {
+			d.downSince.Store(now)
+		} else {
+			d.downSince.CompareAndSwap(0, now)
+		}
 	case errors.Is(err, task.ErrInvalid), errors.Is(err, plan.ErrInvalid), errors.Is(err, context.Canceled):
 	default:
+		// Redis answered (with a refusal, say).
 		d.degraded.Store(false)
+		d.downSince.Store(0)
 	}
 }
 

@@ -348,13 +348,19 @@ func planRecord(p *plan.Plan) ([]string, error) {
 	}, nil
 }
 
-// planState returns the fields UpdatePlan writes.
+// planState returns the fields UpdatePlan writes. cancelledAt only with a
+// cancel: an update that read the plan before a cancel (a pause whose
+// compare-and-set passed once a retry reopened the plan) must not erase it.
 func planState(p *plan.Plan) []string {
-	return []string{
+	fields := []string{
 		fStatus, string(p.Status), fReason, p.Reason, fOwner, p.Owner,
 		fStartedAt, formatTime(p.StartedAt), fFinishedAt, formatTime(p.FinishedAt),
-		fUpdatedAt, formatTime(p.UpdatedAt), fCancelledAt, formatTime(p.CancelledAt),
+		fUpdatedAt, formatTime(p.UpdatedAt),
 	}
+	if p.Status == plan.StatusCancelled {
+		fields = append(fields, fCancelledAt, formatTime(p.CancelledAt))
+	}
+	return fields
 }
 
 // decodePlan parses a plan record; nil, nil when m is empty (no record).

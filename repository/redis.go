@@ -593,10 +593,16 @@ func (r *Redis) readTasks(ctx context.Context, op string, ids, tenants []string)
 	return out, nil
 }
 
+// repairSettle is how long RepairCounts waits before it reads again the
+// records its ledger entries are ahead of (a write in flight lands within
+// it; a write Redis refused never does).
+const repairSettle = 500 * time.Millisecond
+
 // RepairCounts recomputes a plan's counts and ledger from its task records:
 // it reads the task list and ledger (one round trip), the records in
 // pipelines of Config.Batch, and rewrites the counts hash in one script that
-// also derives the plan's status again; changed reports that this
+// also derives the plan's status again (the records its ledger entries are
+// ahead of read once more after repairSettle); changed reports that this
 // derivation changed the plan's status (exactly one writer sees a change,
 // as with a task write's PlanStatusChanged). Returns plan.ErrNotFound.
 func (r *Redis) RepairCounts(ctx context.Context, planID string) (_ plan.Counts, changed bool, _ error) {
@@ -630,6 +636,34 @@ func (r *Redis) RepairCounts(ctx context.Context, planID string) (_ plan.Counts,
 		end := min(start+r.cfg.Batch, len(ids))
 		if err := r.recount(ctx, op, ids[start:end], tenants[start:end], entries[start:end]); err != nil {
 			return nil, false, err
+		}
+	}
+	// A ledger entry already ahead of its recounted record is a write in
+	// flight (its counts move landed first: sent again after a
+	// {2,'fixed'} answer, or the record's Cluster node slower) or one Redis
+	// refused whose writer never undid the move (it died). Those records are
+	// read again after repairSettle: a write in flight has landed by then.
+	var suspects []int
+	for i, id := range ids {
+		if pre, ok := parseLedger(led.Val()[ledgerPrefix+id]); ok && (pre.Seq > entries[i].Seq || (pre.Seq == entries[i].Seq && pre.Fence > entries[i].Fence)) {
+			suspects = append(suspects, i)
+		}
+	}
+	if len(suspects) > 0 {
+		select {
+		case <-time.After(repairSettle):
+		case <-ctx.Done():
+			return nil, false, wrapErr(ctx, op, ctx.Err())
+		}
+		sIDs, sTenants, sEntries := make([]string, len(suspects)), make([]string, len(suspects)), make([]ledger, len(suspects))
+		for j, i := range suspects {
+			sIDs[j], sTenants[j] = ids[i], tenants[i]
+		}
+		if err := r.recount(ctx, op, sIDs, sTenants, sEntries); err != nil {
+			return nil, false, err
+		}
+		for j, i := range suspects {
+			entries[i] = sEntries[j]
 		}
 	}
 	args := []any{formatTime(r.now()), r.ttlMs(), plan.ReasonFailureThreshold}

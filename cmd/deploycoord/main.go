@@ -254,7 +254,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.coord, err = facade.New(m.store, locks, facade.Config{
 		Instance: c.InstanceID, Lease: c.LockLease, Stages: registry, Pipelines: pipelines,
 		MaxTenants: c.MaxTenants, Logger: &log, Observer: m.metrics,
-		Addr: advertise, Version: Version, SingleInstance: c.SingleInstance, ServerRunID: redisStore.ServerRunID,
+		Addr: advertise, Version: Version, SingleInstance: c.SingleInstance, ServerRunID: m.store.ServerRunID,
 		SharedPlans: c.SharedPlans && !c.SingleInstance, PlanPoll: c.PlanPoll,
 	})
 	if err != nil {

@@ -4,8 +4,10 @@
 -- The recount was read before this script runs, so a ledger entry newer than
 -- the recounted one (greater (seq, fence)) is kept when it changed since it
 -- was read before the recount: a write landed meanwhile. One that was
--- already there is the move of a write Redis refused, whose writer did not
--- correct it (it died, or its shutdown was cut short): the recount wins.
+-- already there, with its record still behind when read again after a
+-- pause (RepairCounts), is the move of a write Redis refused, whose writer
+-- did not correct it (it died, or its shutdown was cut short): the recount
+-- wins.
 -- Every counter is then recomputed from the merged ledger, and the plan's
 -- status derived with no task move (a recount neither reopens a finished plan
 -- nor pauses one on its failure threshold).
