@@ -150,7 +150,7 @@ func (c *Coordinator) retryTask(ctx context.Context, tenantID, taskID string, re
 		if err != nil {
 			return RetryResult{}, err
 		}
-		view := c.taskView(queued, ck, c.degraded())
+		view := c.taskView(queued, ck, c.degradedOf(ctx))
 		c.log.Info().Str("task_id", t.ID).Str("tenant_id", t.TenantID).Str("actor", rs.event.Actor).Str("reason", req.Reason).
 			Str("mode", mode).Int("from", rs.from).Msg("task retried; queued on the plan's work queue")
 		res.Task = &view
@@ -160,7 +160,7 @@ func (c *Coordinator) retryTask(ctx context.Context, tenantID, taskID string, re
 	if err != nil {
 		return RetryResult{}, err
 	}
-	view := c.taskView(r.t.Clone(), ckptRef(r.ckpt), c.degraded())
+	view := c.taskView(r.t.Clone(), ckptRef(r.ckpt), c.degradedOf(ctx))
 	view.Orphaned = false
 	c.launch(r, from)
 	r.log.Info().Str("actor", rs.event.Actor).Str("reason", req.Reason).Str("mode", mode).Int("from", from).Msg("task retried")
@@ -396,13 +396,13 @@ func (c *Coordinator) ResumeTask(ctx context.Context, tenantID, reason string, a
 		if err != nil {
 			return TaskView{}, err
 		}
-		return c.taskView(queued, ck, c.degraded()), nil
+		return c.taskView(queued, ck, c.degradedOf(ctx)), nil
 	}
 	r, from, err := c.rerun(ctx, t, p, stages, rs, nil)
 	if err != nil {
 		return TaskView{}, err
 	}
-	view := c.taskView(r.t.Clone(), ckptRef(r.ckpt), c.degraded())
+	view := c.taskView(r.t.Clone(), ckptRef(r.ckpt), c.degradedOf(ctx))
 	c.launch(r, from)
 	return view, nil
 }
