@@ -3,6 +3,8 @@ package facade_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,7 +48,8 @@ func TestOldRunForgetKeepsNewRun(t *testing.T) {
 	})); err != nil {
 		t.Fatal(err)
 	}
-	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
+	var logged syncLog // the old run's end is seen in the log
+	log := zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), &logged)).Level(zerolog.ErrorLevel)
 	mod := func(c *facade.Config) { c.Stages = reg; c.Logger = &log }
 	dual := repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), b.store,
 		repository.DualConfig{SharedWork: true})
@@ -91,10 +94,33 @@ func TestOldRunForgetKeepsNewRun(t *testing.T) {
 		t.Fatalf("new run not in memory before: %v %v", tk, err)
 	}
 	close(oldStage) // the old run's stage returns at last
-	time.Sleep(2 * time.Second)
+	eventually(t, 10*time.Second, func() error {
+		if s := logged.String(); !strings.Contains(s, "lease lost") && !strings.Contains(s, "fenced write refused") {
+			return fmt.Errorf("the old run has not stopped yet")
+		}
+		return nil
+	})
 	tk, _, err := dual.Memory().Task(ctx, taskID)
 	if err != nil {
 		t.Fatalf("coord-a's memory dropped the task its new run (attempt 3) is running: %v", err)
 	}
 	t.Logf("memory: %s attempt %d owner %s", tk.Status, tk.Attempt, tk.Owner)
+}
+
+// syncLog is a log sink safe to read while the coordinator writes it.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
