@@ -22,13 +22,10 @@ func TestDualDownSinceOfAnEarlierOutage(t *testing.T) {
 	f := newFailing(func(string) bool { return true })
 	f.On.Store(false)
 	c.AddHook(f)
-	d := NewDual(NewMemory(MemoryConfig{Clock: re.clock.Now, DropFinished: true}), re.redis,
-		DualConfig{SharedWork: true, Lease: 10 * time.Second, Clock: re.clock.Now})
-	e := *re
-	e.store = d
+	e, d := newSharedDualEnv(t, re, DualConfig{Lease: 10 * time.Second})
 	ctx := ctxT(t)
-	fx := createPlan(t, &e, 1, 0)
-	start(t, &e, fx.tasks[0], 1)
+	fx := createPlan(t, e, 1, 0)
+	start(t, e, fx.tasks[0], 1)
 
 	f.On.Store(true) // a short outage, seen by this instance
 	if got, _, err := d.TaskByTenant(ctx, tenantName(0)); err != nil || got.Status != task.StatusRunning {

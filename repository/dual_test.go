@@ -24,6 +24,17 @@ func newDualEnv(t *testing.T, e *env) (*env, *Dual) {
 	return &de, d
 }
 
+// newSharedDualEnv is newDualEnv with shared work (DualConfig.SharedWork)
+// and cfg's other settings, on e's clock.
+func newSharedDualEnv(t *testing.T, e *env, cfg DualConfig) (*env, *Dual) {
+	t.Helper()
+	cfg.SharedWork, cfg.Clock = true, e.clock.Now
+	d := NewDual(NewMemory(MemoryConfig{Clock: e.clock.Now, DropFinished: true}), e.redis, cfg)
+	de := *e
+	de.store = d
+	return &de, d
+}
+
 func TestDualFallsBackToMemory(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
@@ -189,19 +200,17 @@ func TestDualSharedWorkAnswersOnlyItsOwnWrites(t *testing.T) {
 	srv := redistest.StartServer(t)
 	c := outageClient(t, srv)
 	re := newRedisEnv(t, c, "x:", Config{})
-	d := NewDual(NewMemory(MemoryConfig{Clock: re.clock.Now, DropFinished: true}), re.redis, DualConfig{SharedWork: true})
-	e := *re
-	e.store = d
+	e, d := newSharedDualEnv(t, re, DualConfig{})
 	ctx := ctxT(t)
 
-	fx := createPlan(t, &e, 4, 0)
-	mine := start(t, &e, fx.tasks[0], 1)                             // run here, through the Dual
+	fx := createPlan(t, e, 4, 0)
+	mine := start(t, e, fx.tasks[0], 1)                              // run here, through the Dual
 	start(t, re, fx.tasks[1], 1).complete()                          // run by another instance
 	if _, _, err := d.TaskByTenant(ctx, tenantName(2)); err != nil { // PENDING, read while Redis is up
 		t.Fatal(err)
 	}
 	// Started and paused here: any instance may resume it next.
-	paused := start(t, &e, fx.tasks[3], 1)
+	paused := start(t, e, fx.tasks[3], 1)
 	if err := paused.tk.Pause(re.clock.Now(), "hold"); err != nil {
 		t.Fatal(err)
 	}
@@ -276,12 +285,10 @@ func TestDualSharedCreatorLetsPlanGo(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	re := newRedisEnv(t, outageClient(t, srv), "x:", Config{})
-	d := NewDual(NewMemory(MemoryConfig{Clock: re.clock.Now, DropFinished: true}), re.redis, DualConfig{SharedWork: true})
-	e := *re
-	e.store = d
+	e, d := newSharedDualEnv(t, re, DualConfig{})
 	ctx := ctxT(t)
 
-	fx := createPlan(t, &e, 3, 0) // created here
+	fx := createPlan(t, e, 3, 0)  // created here
 	for _, tk := range fx.tasks { // run to the end by another instance
 		start(t, re, tk, 1).complete()
 	}
@@ -310,11 +317,9 @@ func TestDualRefusedWriteLetsTaskGo(t *testing.T) {
 	t.Parallel()
 	eachRedis(t, Config{}, func(t *testing.T, e *env) {
 		ctx := ctxT(t)
-		d := NewDual(NewMemory(MemoryConfig{Clock: e.clock.Now, DropFinished: true}), e.redis, DualConfig{SharedWork: true})
-		de := *e
-		de.store = d
-		fx := createPlan(t, &de, 1, 0)
-		mine := start(t, &de, fx.tasks[0], 1)
+		de, d := newSharedDualEnv(t, e, DualConfig{})
+		fx := createPlan(t, de, 1, 0)
+		mine := start(t, de, fx.tasks[0], 1)
 		stored, _, err := e.redis.Task(ctx, fx.tasks[0].ID)
 		if err != nil {
 			t.Fatal(err)
@@ -377,14 +382,11 @@ func TestDualSharedWorkLapsedLeaseNotAnswered(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	re := newRedisEnv(t, outageClient(t, srv), "x:", Config{})
-	d := NewDual(NewMemory(MemoryConfig{Clock: re.clock.Now, DropFinished: true}), re.redis,
-		DualConfig{SharedWork: true, Lease: 10 * time.Second, Clock: re.clock.Now})
-	e := *re
-	e.store = d
+	e, d := newSharedDualEnv(t, re, DualConfig{Lease: 10 * time.Second})
 	ctx := ctxT(t)
-	fx := createPlan(t, &e, 2, 0)
-	start(t, &e, fx.tasks[0], 1)
-	start(t, &e, fx.tasks[1], 1)
+	fx := createPlan(t, e, 2, 0)
+	start(t, e, fx.tasks[0], 1)
+	start(t, e, fx.tasks[1], 1)
 	re.clock.Add(11 * time.Second)
 	if err := d.Beat(ctx, tenantName(1), fx.tasks[1].ID, task.Guard{LockValue: "lock-t-00001-1", Fence: 1}, re.clock.Now()); err != nil {
 		t.Fatal(err) // tenant 1 heartbeats; tenant 0's heartbeat is a lease old

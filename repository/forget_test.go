@@ -60,11 +60,9 @@ func TestDualForgetKeepsPlanCounts(t *testing.T) {
 // not stay in memory for good (it did: a review).
 func TestDualSharedPausedTaskLetGo(t *testing.T) {
 	eachRedis(t, Config{}, func(t *testing.T, e *env) {
-		d := NewDual(NewMemory(MemoryConfig{Clock: e.clock.Now, DropFinished: true}), e.redis, DualConfig{SharedWork: true})
-		de := *e
-		de.store = d
-		fx := createPlan(t, &de, 1, 0)
-		mine := start(t, &de, fx.tasks[0], 1)
+		de, d := newSharedDualEnv(t, e, DualConfig{})
+		fx := createPlan(t, de, 1, 0)
+		mine := start(t, de, fx.tasks[0], 1)
 		if err := mine.tk.Pause(e.clock.Now(), "plan paused"); err != nil {
 			t.Fatal(err)
 		}
