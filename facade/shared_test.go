@@ -454,6 +454,19 @@ func storeRunning(t *testing.T, b *bundle, tenant, owner string, at time.Time) {
 	}
 }
 
+// waitOrphaned waits until c's view of plan planID counts orphaned of its
+// running RUNNING tasks.
+func waitOrphaned(t *testing.T, c *facade.Coordinator, planID string, orphaned, running int) {
+	t.Helper()
+	eventually(t, 5*time.Second, func() error {
+		pv, err := c.Plan(context.Background(), planID)
+		if err == nil && (pv.Orphaned != orphaned || pv.Counts[task.StatusRunning] != running) {
+			err = fmt.Errorf("orphaned %d, counts %v; want %d orphaned of %d running", pv.Orphaned, pv.Counts, orphaned, running)
+		}
+		return err
+	})
+}
+
 // TestPlanOrphanedCountsOwnLostTasks: a RUNNING task stored under this
 // instance's id that does not run here (an earlier process with the same id
 // died) counts in the plan's orphaned count, as the task view says.
@@ -463,16 +476,7 @@ func TestPlanOrphanedCountsOwnLostTasks(t *testing.T) {
 		ctx := context.Background()
 		v := startedPlanNobodyRuns(t, b, "coord-a", "tenant-lost", "tenant-idle")
 		storeRunning(t, b, "tenant-lost", "coord-a", time.Now())
-		eventually(t, 5*time.Second, func() error {
-			pv, err := b.coord.Plan(ctx, v.ID)
-			if err != nil {
-				return err
-			}
-			if pv.Orphaned != 1 || pv.Counts[task.StatusRunning] != 1 {
-				return fmt.Errorf("orphaned %d, counts %v; want 1 orphaned", pv.Orphaned, pv.Counts)
-			}
-			return nil
-		})
+		waitOrphaned(t, b.coord, v.ID, 1, 1)
 		tv, err := b.coord.TaskByTenant(ctx, "tenant-lost")
 		if err != nil || !tv.Orphaned {
 			t.Fatalf("task view: orphaned %v, %v", tv.Orphaned, err)
@@ -500,13 +504,7 @@ func TestPlanOrphanedCountsRestartedOwnersLostTasks(t *testing.T) {
 		// coord-a sees coord-b alive both count orphaned (2); once it does,
 		// the old count subtracted both (0): 1 only counts right.
 		storeRunning(t, b, "tenant-idle", "coord-b", time.Now())
-		eventually(t, 4*time.Second, func() error {
-			pv, err := b.coord.Plan(ctx, v.ID)
-			if err == nil && (pv.Orphaned != 1 || pv.Counts[task.StatusRunning] != 2) {
-				err = fmt.Errorf("orphaned %d, counts %v; want 1 orphaned of 2 running", pv.Orphaned, pv.Counts)
-			}
-			return err
-		})
+		waitOrphaned(t, b.coord, v.ID, 1, 2)
 		tv, err := b.coord.TaskByTenant(ctx, "tenant-lost")
 		if err != nil || !tv.Orphaned {
 			t.Fatalf("task view: orphaned %v, %v", tv.Orphaned, err)
@@ -535,13 +533,7 @@ func TestPlanOrphanedCountsLiveOwnersLostWrites(t *testing.T) {
 		}
 		storeRunning(t, b, "tenant-lost", tv.Task.Owner, time.Now().Add(-time.Minute))
 		for _, c := range []*facade.Coordinator{b.coord, other} {
-			eventually(t, 4*time.Second, func() error {
-				pv, err := c.Plan(ctx, v.ID)
-				if err == nil && (pv.Orphaned != 1 || pv.Counts[task.StatusRunning] != 2) {
-					err = fmt.Errorf("orphaned %d, counts %v; want 1 orphaned of 2 running (tenant-live runs on %s)", pv.Orphaned, pv.Counts, tv.Task.Owner)
-				}
-				return err
-			})
+			waitOrphaned(t, c, v.ID, 1, 2)
 			ts, _, err := c.PlanTasks(ctx, v.ID, plan.TaskFilter{Orphaned: true})
 			if err != nil || len(ts) != 1 || ts[0].Task.TenantID != "tenant-lost" {
 				t.Fatalf("orphaned task list: %d tasks, %v; want tenant-lost", len(ts), err)
