@@ -90,12 +90,11 @@ type DualConfig struct {
 //     write-back Redis refuses is reported to DualConfig.OnReplayError and
 //     dropped.
 type Dual struct {
-	mem      *Memory
-	r        *Redis
-	cfg      DualConfig
-	degraded atomic.Bool
+	mem *Memory
+	r   *Redis
+	cfg DualConfig
 	// downSince is when Redis was first seen unreachable after it last
-	// answered (Unix ns; 0 while it answers), lastDown when it was last
+	// answered (Unix ns; 0 while it answers: Degraded), lastDown when it was last
 	// seen so: a failure more than a lease after the last one starts a new
 	// outage — an instance Redis does not answer fails a call every second
 	// (its run-id check) and every heartbeat, so such a gap is a process
@@ -140,7 +139,7 @@ func NewDual(mem *Memory, r *Redis, cfg ...DualConfig) *Dual {
 // Degraded reports whether answers may come from memory: the last Redis
 // call found it unreachable and none has succeeded since, or (single
 // instance) writes wait to be written back.
-func (d *Dual) Degraded() bool { return d.degraded.Load() || d.Pending() > 0 }
+func (d *Dual) Degraded() bool { return d.downSince.Load() != 0 || d.Pending() > 0 }
 
 // Pending returns how many operations wait to be written back to Redis
 // (single-instance mode; always 0 otherwise).
@@ -172,10 +171,8 @@ func (d *Dual) Memory() *Memory { return d.mem }
 func (d *Dual) observe(err error) {
 	switch {
 	case err == nil:
-		d.degraded.Store(false)
 		d.downSince.Store(0)
 	case IsUnavailable(err):
-		d.degraded.Store(true)
 		now := d.cfg.Clock().UnixNano()
 		if last := d.lastDown.Swap(now); d.cfg.Lease > 0 && now-last > int64(d.cfg.Lease) {
 			d.downSince.Store(now)
@@ -185,7 +182,6 @@ func (d *Dual) observe(err error) {
 	case errors.Is(err, task.ErrInvalid), errors.Is(err, plan.ErrInvalid), errors.Is(err, context.Canceled):
 	default:
 		// Redis answered (with a refusal, say).
-		d.degraded.Store(false)
 		d.downSince.Store(0)
 	}
 }
