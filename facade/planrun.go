@@ -522,7 +522,7 @@ func (pr *planRun) add(r *taskRun) {
 	case pr.status == plan.StatusCancelled:
 		r.requestCancel(pr.reason)
 	case pr.status == plan.StatusPaused && pr.reason != plan.ReasonFailureThreshold:
-		r.requestPause(ReasonPlanPaused)
+		r.requestPlanPause()
 	}
 }
 
@@ -587,7 +587,7 @@ func (pr *planRun) apply(status plan.Status, reason string) {
 		// pauses the running ones between two stages.
 		if reason != plan.ReasonFailureThreshold && reason != "" {
 			for _, r := range runs {
-				r.requestPause(ReasonPlanPaused)
+				r.requestPlanPause()
 			}
 		}
 	case plan.StatusRunning:

@@ -209,6 +209,11 @@ func (r *taskRun) boundary() bool {
 		return false
 	}
 	if reason := r.pauseReq.Load(); reason != nil || r.t.PauseRequested {
+		if reason != nil && *reason == ReasonPlanPaused && r.t.PauseRequested {
+			// A person asked too, on another instance (the stored request):
+			// theirs wins, as above.
+			reason = nil
+		}
 		why := r.requestReason(reason, task.EventPauseRequested, "pause requested")
 		r.finalWrite(task.StatusPaused, why, nil)
 		return false
@@ -724,6 +729,16 @@ func (r *taskRun) heartbeat(lease Lease, cancel context.CancelCauseFunc) (stop f
 
 // requestPause asks a run on this instance to pause at the next boundary.
 func (r *taskRun) requestPause(reason string) { r.pauseReq.Store(&reason) }
+
+// requestPlanPause asks a run on this instance to pause at the next boundary
+// because its plan was paused, unless a person already asked it to pause on
+// this instance: their reason stays, so that the task ends PAUSED with it and
+// the plan's resume (which resumes only the tasks the plan's pause paused)
+// leaves it paused.
+func (r *taskRun) requestPlanPause() {
+	reason := ReasonPlanPaused
+	r.pauseReq.CompareAndSwap(nil, &reason)
+}
 
 // requestCancel asks a run on this instance to cancel at the next boundary.
 func (r *taskRun) requestCancel(reason string) { r.cancelReq.Store(&reason) }
