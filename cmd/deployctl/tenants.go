@@ -474,6 +474,11 @@ func (a *app) lockShow(ctx context.Context, fs *flag.FlagSet, args []string) err
 		t.row("OWNER", cell(l.Owner))
 		t.row("TTL", (time.Duration(l.TTLMs) * time.Millisecond).String())
 		t.row("FENCE", strconv.FormatInt(l.Fence, 10))
+	} else if l.Fence == 0 {
+		// No fence counter: no lock was ever taken for the tenant on
+		// this Redis and key prefix. 0 was never handed out, and an SRE
+		// comparing fences must not read it as one.
+		t.row("FENCE", "none handed out yet")
 	} else {
 		t.row("FENCE", strconv.FormatInt(l.Fence, 10)+" (the last one handed out)")
 	}

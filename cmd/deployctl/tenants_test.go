@@ -211,7 +211,12 @@ func TestRetry(t *testing.T) {
 func TestLock(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
-	must(t, s.cli(t, "lock", "show", "--tenant", "t-lock"), 0, "stdout", "HELD", "no")
+	// A tenant never locked has no fence yet: 0 is not one handed out.
+	never := s.cli(t, "lock", "show", "--tenant", "t-lock")
+	must(t, never, 0, "stdout", "HELD", "no", "FENCE", "none handed out yet")
+	if strings.Contains(never.stdout, "last one handed out") {
+		t.Fatalf("lock show of a tenant never locked calls fence 0 the last one handed out:\n%s", never.stdout)
+	}
 	must(t, s.cli(t, "lock", "release", "--tenant", "t-lock", "--expected-fence", "1", "--reason", "r"), 3, "stderr", "NOT_FOUND")
 
 	lease := s.holdLock(t, "t-lock", tenantlock.Holder{
