@@ -193,7 +193,7 @@ func (c *Coordinator) writeClaimed(w task.Write, claim tenantlock.Claim) (task.W
 	delay := 50 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
-		res, err := c.store.WriteTask(ctx, w)
+		res, err := c.writeTask(ctx, w)
 		cancel()
 		if err == nil || !IsUnavailable(err) || time.Since(claim.Sent) >= claim.Lease || !c.sleep(delay) {
 			return res, err

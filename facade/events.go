@@ -222,3 +222,29 @@ func (c *Coordinator) planStatusChanged(planID string, res task.WriteResult) {
 	}
 	c.pub.publish(task.FeedEvent{Type: typ, At: c.now().UTC(), PlanID: planID, Data: map[string]any{"status": string(s), "instance": c.cfg.Instance}})
 }
+
+// EventCountsCorrected is the feed type of a plan's counts corrected after
+// a refused task write (see writeTask).
+const EventCountsCorrected = "plan.counts_corrected"
+
+// writeTask is the store's WriteTask, and publishes the counts correction a
+// refused write may carry (task.WriteResult.CountsCorrected): the store
+// undid that write's counts move, which was never published, so a follower
+// of the feed learns the counts changed (plan.counts_corrected, with the
+// counts and the plan's status), and a plan the correction finished (or
+// left paused, reopened) is announced as a task write's change is. Every
+// task write of the coordinator goes through here.
+func (c *Coordinator) writeTask(ctx context.Context, w task.Write) (task.WriteResult, error) {
+	res, err := c.store.WriteTask(ctx, w)
+	if err != nil && res.CountsCorrected && w.Task != nil {
+		counts := make(map[string]any, len(res.Counts))
+		for s, n := range res.Counts {
+			counts[string(s)] = n
+		}
+		c.pub.publish(task.FeedEvent{Type: EventCountsCorrected, At: c.now().UTC(), PlanID: w.Task.PlanID,
+			TaskID: w.Task.ID, TenantID: w.Task.TenantID,
+			Data: map[string]any{"status": res.PlanStatus, "instance": c.cfg.Instance, "counts": counts}})
+		c.planStatusChanged(w.Task.PlanID, res)
+	}
+	return res, err
+}

@@ -430,7 +430,7 @@ func (c *Coordinator) refuseStart(t *task.Task, reason string, log zerolog.Logge
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.WriteTimeout)
 	defer cancel()
-	res, err := c.store.WriteTask(ctx, task.Write{
+	res, err := c.writeTask(ctx, task.Write{
 		Task: t, PrevStatus: prev, ExpectSeq: t.Seq, Guard: task.Guard{Fence: t.Fence},
 		Events: []task.Event{{At: now.UTC(), Type: task.EventFailed, Reason: reason, Attempt: t.Attempt, Instance: c.cfg.Instance}},
 	})

@@ -77,7 +77,7 @@ func (c *Coordinator) queueRerun(ctx context.Context, t *task.Task, p *plan.Plan
 	w := task.Write{Task: fresh, PrevStatus: prev, ExpectSeq: fresh.Seq, Guard: guardOf(lease), Checkpoint: write,
 		DeleteCheckpoint: rs.deleteCkpt, Events: []task.Event{ev}, ClearRequests: true, ReleaseLock: true, ID: task.NewWriteID()}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.WriteTimeout)
-	res, err := c.store.WriteTask(wctx, w)
+	res, err := c.writeTask(wctx, w)
 	cancel()
 	if err != nil {
 		c.releaseQuietly(lease)

@@ -432,7 +432,7 @@ func (r *taskRun) commit(w task.Write) error {
 	for {
 		w.Guard, w.Events = r.guard(), r.events // a retake adds its event
 		ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
-		res, err := r.c.store.WriteTask(ctx, w)
+		res, err := r.c.writeTask(ctx, w)
 		cancel()
 		if err == nil {
 			if waiting {

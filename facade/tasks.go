@@ -291,7 +291,7 @@ func (c *Coordinator) cancelIdle(ctx context.Context, t *task.Task, reason strin
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.WriteTimeout)
 	defer cancel()
-	res, err := c.store.WriteTask(wctx, task.Write{
+	res, err := c.writeTask(wctx, task.Write{
 		Task: t, PrevStatus: prev, ExpectSeq: t.Seq, Guard: task.Guard{Fence: t.Fence}, Events: events, ClearRequests: true,
 	})
 	var refused *task.RefusedError

@@ -170,7 +170,11 @@
 // anything but PENDING), and the failure threshold pauses only on a new
 // failure, so a plan resumed over its threshold runs on. The correction
 // derives with the corrected (refused) status → the stored one as the move;
-// RepairCounts derives with no move.
+// RepairCounts derives with no move. A correction that changed the counts
+// comes back with the refusal (task.WriteResult.CountsCorrected, with the
+// plan's status and counts after it) for the coordinator to publish
+// (plan.counts_corrected, and the plan's status event when the refused move
+// and its correction together changed the status).
 //
 // # Group commit
 //

@@ -248,8 +248,19 @@ func (r *Redis) sendWrite(ctx context.Context, op string, tw *EncodedWrite, req 
 			refused = refusal(t.ID, v)
 		}
 		if req.mKeys != nil && req.mvErr == nil && len(req.mv) > 1 && replyInt(req.mv[1]) >= 1 {
-			if err := r.correctCounts(ctx, tk, pk, t.PlanID, t.ID, writeID); err != nil {
+			cc, err := r.correctCounts(ctx, tk, pk, t.PlanID, t.ID, writeID)
+			if err != nil {
 				return task.WriteResult{}, errors.Join(refused, err)
+			}
+			if cc.corrected {
+				// The refused move's own status change (answer 2) was never
+				// published: the plan's status changed from the one before
+				// the write when exactly one of the two changed it (both:
+				// the correction undid it, as a finished plan reopened
+				// again).
+				moved := replyInt(req.mv[1]) == 2
+				return task.WriteResult{CountsCorrected: true, PlanStatus: cc.status,
+					PlanStatusChanged: moved != cc.changed, Counts: cc.counts}, refused
 			}
 		}
 		return task.WriteResult{}, refused
@@ -281,14 +292,22 @@ func ttlMargin(ttl time.Duration) time.Duration {
 	return min(ttl/100, 30*time.Second)
 }
 
+// correction is what correct_plan_counts.lua answered.
+type correction struct {
+	status    string // the plan's status after it
+	corrected bool   // the ledger entry still carried the write: corrected
+	changed   bool   // its derivation changed the plan's status
+	counts    map[task.Status]int
+}
+
 // correctCounts undoes the counts update of a refused write: it reads the
 // task record as stored now and sets the ledger entry to it if the entry
 // still carries writeID (see correct_plan_counts.lua).
-func (r *Redis) correctCounts(ctx context.Context, tk taskKeys, pk planKeys, planID, taskID, writeID string) error {
+func (r *Redis) correctCounts(ctx context.Context, tk taskKeys, pk planKeys, planID, taskID, writeID string) (correction, error) {
 	op := "correct plan counts for task " + taskID
 	v, err := r.c.HMGet(ctx, tk.task, fStatus, fSeq, fFence, fOwner).Result()
 	if err != nil {
-		return wrapErr(ctx, op, err)
+		return correction{}, wrapErr(ctx, op, err)
 	}
 	status := task.Status(replyStr(v[0]))
 	if !status.Valid() {
@@ -307,7 +326,19 @@ func (r *Redis) correctCounts(ctx context.Context, tk taskKeys, pk planKeys, pla
 	if err == nil {
 		err = fix.cmd.Err()
 	}
-	return wrapErr(ctx, op, err)
+	if err != nil {
+		return correction{}, wrapErr(ctx, op, err)
+	}
+	a, err := fix.cmd.Slice()
+	if err != nil || len(a) < 3+len(task.Statuses) {
+		return correction{}, fmt.Errorf("%s: unexpected script reply %v (%v)", op, a, err)
+	}
+	c := correction{status: replyStr(a[0]), corrected: replyInt(a[1]) == 1, changed: replyInt(a[2]) == 1,
+		counts: make(map[task.Status]int, len(task.Statuses))}
+	for i, s := range task.Statuses {
+		c.counts[s] = int(replyInt(a[3+i]))
+	}
+	return c, nil
 }
 
 func checkRequest(req task.Request) error {

@@ -274,10 +274,14 @@ func TestRedisZombieLedgerFirst(t *testing.T) {
 		if err != nil || replyInt(v.([]any)[0]) != 0 {
 			t.Fatalf("zombie record write: %v, %v; want a refusal", v, err)
 		}
-		if err := e.redis.correctCounts(ctx, tkk, pk, tk.PlanID, tk.ID, zombieWrite); err != nil {
+		cc, err := e.redis.correctCounts(ctx, tkk, pk, tk.PlanID, tk.ID, zombieWrite)
+		if err != nil {
 			t.Fatal(err)
 		}
 		counts = checkCounts(t, e, fx.plan.ID)
+		if !cc.corrected || cc.changed || cc.counts[task.StatusCancelled] != 1 || cc.counts[task.StatusPending] != 1 || cc.counts[task.StatusRunning] != 0 {
+			t.Fatalf("correction answered %+v, want corrected, the plan's status unchanged, 1 CANCELLED and 1 PENDING", cc)
+		}
 		if counts[task.StatusCancelled] != 1 || counts[task.StatusPending] != 1 {
 			t.Fatalf("counts after the correction %s", countsString(counts))
 		}
@@ -288,8 +292,8 @@ func TestRedisZombieLedgerFirst(t *testing.T) {
 			t.Fatalf("owner counter RUNNING@coord-z = %q, want gone", n)
 		}
 		// A second correction finds nothing to do.
-		if err := e.redis.correctCounts(ctx, tkk, pk, tk.PlanID, tk.ID, zombieWrite); err != nil {
-			t.Fatal(err)
+		if cc, err := e.redis.correctCounts(ctx, tkk, pk, tk.PlanID, tk.ID, zombieWrite); err != nil || cc.corrected {
+			t.Fatalf("second correction %+v, %v; want nothing corrected", cc, err)
 		}
 		checkCounts(t, e, fx.plan.ID)
 	})

@@ -125,6 +125,16 @@ type WriteResult struct {
 	// one write sees each such change, whichever instance sent it; a
 	// status set by an operator (pause, resume, cancel) is never one.
 	PlanStatusChanged bool
+	// CountsCorrected is set only with the error of a refused write whose
+	// counts move had applied all the same (the two are sent together but
+	// cannot be one script): the store undid that move, so the plan's
+	// counts changed. PlanStatus is then the plan's status after the
+	// correction, PlanStatusChanged whether the refused move and its
+	// correction together changed it from what it was before the write,
+	// and Counts the plan's task counts after the correction; the
+	// coordinator publishes them (the move they undid was never published).
+	CountsCorrected bool
+	Counts          map[Status]int
 }
 
 // ErrWriteRefused is matched by every *RefusedError.

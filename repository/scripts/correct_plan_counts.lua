@@ -22,16 +22,34 @@
 -- ARGV[8] -> reason of a pause by the failure threshold
 -- ARGV[9] -> now in Unix microseconds (the index score)
 -- ARGV[10] -> TTL in milliseconds (of an index the correction creates)
--- Returns {plan status, 1 if the entry was corrected else 0}.
+-- Returns {plan status, 1 if the entry was corrected else 0, 1 if the
+-- correction's derivation changed the plan's status else 0, PENDING, RUNNING,
+-- PAUSED, COMPLETED, FAILED, CANCELLED}: a correction is published on the
+-- event feed with the counts it left (the writer's coordinator does it, as
+-- for a task write's counts move), so the counts come with the answer
+-- instead of a read after it. The counts are those of the plan at the time
+-- of the answer also when nothing was corrected.
+
+local statuses = {'PENDING', 'RUNNING', 'PAUSED', 'COMPLETED', 'FAILED', 'CANCELLED'}
+local function answer(status, corrected, changed)
+  local out = {status, corrected, changed}
+  local c = redis.call('HMGET', KEYS[1], unpack(statuses))
+  for i = 1, #statuses do out[#out + 1] = tonumber(c[i]) or 0 end
+  return out
+end
 
 local field = 't:' .. ARGV[1]
 local e = parse_ledger(redis.call('HGET', KEYS[1], field))
 if not e or e.write_id ~= ARGV[2] then
-  return {redis.call('HGET', KEYS[2], 'status') or '', 0}
+  return answer(redis.call('HGET', KEYS[2], 'status') or '', 0, 0)
 end
 count_task(KEYS[1], e.status, e.owner, -1)
 count_task(KEYS[1], ARGV[3], ARGV[6], 1)
 redis.call('HSET', KEYS[1], field,
   format_ledger(ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), '', ARGV[6], e.tenant))
 index_task(status_sets(4), ARGV[1], e.status, ARGV[3], ARGV[9], ARGV[10])
-return {derive_plan(KEYS[1], KEYS[2], ARGV[7], ARGV[8], e.status, ARGV[3]), 1}
+local before = redis.call('HGET', KEYS[2], 'status')
+local status = derive_plan(KEYS[1], KEYS[2], ARGV[7], ARGV[8], e.status, ARGV[3])
+local changed = 0
+if before and status ~= before then changed = 1 end
+return answer(status, 1, changed)
