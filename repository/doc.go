@@ -204,7 +204,8 @@
 //	                                          the task between the plan's status indexes) + ZADD GT of
 //	                                          the plan in {p}plans:status:<S> (+2 when a refused
 //	                                          write's counts update applied: read + correction; +1 when
-//	                                          the task's fixed fields changed)
+//	                                          the task's fixed fields changed; +1 when the plan record
+//	                                          is gone: ZREM of the ZADD's ghost)
 //	CreatePlan                           1 + ceil(tasks/Config.Batch)  (1 000 tasks at 500: 3)
 //	UpdatePlan, RequestTask, Beat        1
 //	Plan                                 1   HGETALL plan + HMGET counts, whatever the plan's size

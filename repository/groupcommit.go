@@ -279,6 +279,7 @@ func (r *Redis) sendNow(ctx context.Context, reqs []*writeReq) {
 		fail(reqs, err)
 		return
 	}
+	var gone []string
 	for _, mc := range moves {
 		v, err := mc.cmd.cmd.Slice()
 		if err == nil && len(v) < 2*len(mc.reqs) {
@@ -291,7 +292,11 @@ func (r *Redis) sendNow(ctx context.Context, reqs []*writeReq) {
 				req.mv = v[2*i : 2*i+2]
 			}
 		}
+		if err == nil && replyStr(v[0]) == "" {
+			gone = append(gone, planOfKey(mc.keys[1]))
+		}
 	}
+	r.unindexGone(ctx, gone)
 }
 
 // Group commit of tenant reads.

@@ -335,6 +335,11 @@ func (r *Redis) correctCounts(ctx context.Context, tk taskKeys, pk planKeys, pla
 	}
 	c := correction{status: replyStr(a[0]), corrected: replyInt(a[1]) == 1, changed: replyInt(a[2]) == 1,
 		counts: make(map[task.Status]int, len(task.Statuses))}
+	if c.status == "" && status != "" {
+		// The plan record is gone: the ZADD beside the script named a ghost
+		// (see unindexGone).
+		r.unindexGone(ctx, []string{planID})
+	}
 	for i, s := range task.Statuses {
 		c.counts[s] = int(replyInt(a[3+i]))
 	}

@@ -510,6 +510,35 @@ func (r *Redis) indexMoves(ctx context.Context, pp *pipe, mc *moveCall) {
 	}
 }
 
+// unindexGone removes plans whose record is missing from the
+// plans-by-status indexes, best effort, in one round trip (none when
+// planIDs is empty). The plans-by-status ZADD goes in the pipeline of the
+// counts move (another slot: it cannot be in the script), before the move
+// can tell that the plan record is gone — Redis lost its data (restarted
+// empty) under a running instance, or the plan expired — so the ZADD has
+// just named a plan that does not exist: a ghost every search would read
+// (and page past) until it pruned it a minute later. A gone plan never
+// comes back (plan ids are unique), so removing it from every status is
+// exact; should this fail, the search's own pruning still removes it.
+func (r *Redis) unindexGone(ctx context.Context, planIDs []string) {
+	pp := r.c.Pipeline()
+	for _, id := range planIDs {
+		if id == "" {
+			continue
+		}
+		for _, s := range task.Statuses {
+			k, _ := r.keys.PlansByStatus(s)
+			pp.ZRem(ctx, k, id)
+		}
+	}
+	if pp.Len() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_, _ = pp.Exec(ctx)
+}
+
 // dropSearchIndexes deletes a plan's status indexes and removes it from the
 // plans-by-status indexes, on pp (a rolled-back plan creation).
 func (r *Redis) dropSearchIndexes(ctx context.Context, pp *pipe, planID string) {
