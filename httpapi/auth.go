@@ -106,25 +106,40 @@ const maxTokenBytes = 1024
 
 // bearerToken returns the token of r's Authorization: Bearer header; found
 // is false when there is no Authorization header, err says what is wrong
-// with one that is malformed.
+// with one that is malformed — precisely enough for the client's operator
+// to fix it (an empty token is a script's unset variable, an over-long one
+// a pasted file, a control character a stray line end), and never with
+// any of the header's text: it may be the secret itself.
 func bearerToken(r *http.Request) (secret string, found bool, err error) {
 	vals := r.Header.Values("Authorization")
 	switch {
 	case len(vals) == 0:
 		return "", false, nil
 	case len(vals) > 1:
-		return "", true, errors.New("more than one Authorization header")
+		return "", true, fmt.Errorf("%d Authorization headers, want one", len(vals))
 	}
 	scheme, tok, _ := strings.Cut(vals[0], " ")
 	tok = strings.TrimLeft(tok, " ")
 	switch {
 	case !strings.EqualFold(scheme, "Bearer"):
-		return "", true, errors.New("the Authorization header must be Bearer <token>")
-	case tok == "" || len(tok) > maxTokenBytes || strings.ContainsAny(tok, " \t"):
-		return "", true, errors.New("the bearer token is malformed")
+		return "", true, errors.New("the Authorization header must be Bearer <token> (its scheme is not Bearer)")
+	case tok == "":
+		return "", true, errors.New("the Authorization header is Bearer with no token after it")
+	case len(tok) > maxTokenBytes:
+		return "", true, fmt.Errorf("the bearer token is %d bytes, more than a token may have (%d)", len(tok), maxTokenBytes)
+	case strings.IndexFunc(tok, isControl) >= 0:
+		// net/http refuses most of them before the handler; a request
+		// handed over otherwise (a mount, a test) must not reach lookup
+		// and be answered "unknown" for a token no configuration can hold.
+		return "", true, errors.New("the bearer token contains control characters")
+	case strings.Contains(tok, " "):
+		return "", true, errors.New("the bearer token contains a space")
 	}
 	return tok, true, nil
 }
+
+// isControl reports whether c is an ASCII control character (a tab too).
+func isControl(c rune) bool { return c < 0x20 || c == 0x7f }
 
 // mutating reports whether r changes state: every POST and DELETE but the
 // read-only POST /v1/tenants:status. Mutating requests need role operator,
@@ -166,11 +181,15 @@ func (a *api) identify(w http.ResponseWriter, r *http.Request) bool {
 	}
 	secret, found, err := bearerToken(r)
 	challenge := `Bearer realm="deploycoord"`
+	const send = "send Authorization: Bearer <token> with a token configured on the server"
+	var detail string
 	switch {
 	case !found:
 		info.denied = "no bearer token"
+		detail = "no bearer token (the request has no Authorization header): " + send
 	case err != nil:
 		info.denied = err.Error()
+		detail = "malformed Authorization header: " + info.denied + ": " + send
 		challenge += `, error="invalid_request"`
 	default:
 		if t, ok := a.keys.lookup(secret); ok {
@@ -178,11 +197,14 @@ func (a *api) identify(w http.ResponseWriter, r *http.Request) bool {
 			return true
 		}
 		info.denied = "unknown token"
+		// Which token it was is not said: the secret is never echoed,
+		// and its hash would let anyone who can read answers test guesses.
+		detail = "unknown token: the bearer token is well formed but is not one configured on this server " +
+			"(mistyped, cut short, revoked, or another server's): " + send
 		challenge += `, error="invalid_token"`
 	}
 	w.Header().Set("WWW-Authenticate", challenge)
-	WriteProblem(w, r, http.StatusUnauthorized, CodeUnauthenticated,
-		info.denied+": send Authorization: Bearer <token> with a token configured on the server")
+	WriteProblem(w, r, http.StatusUnauthorized, CodeUnauthenticated, detail)
 	return false
 }
 

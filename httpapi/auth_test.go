@@ -3,7 +3,9 @@ package httpapi_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
@@ -669,5 +671,100 @@ func TestRefusalActorFunc(t *testing.T) {
 	}
 	if call := f.Last(); call.Method != "Retry" || call.Actor != want {
 		t.Errorf("service call %s with actor %+v, want Retry with %+v", call.Method, call.Actor, want)
+	}
+}
+
+// TestAuthRefusalDetails: a 401 says what is wrong with the credentials —
+// missing, malformed (and how), or not recognised — and a 403 which role
+// the route needs and which the token has, so the operator of the client
+// can fix it; neither ever echoes the secret sent, in the answer or the
+// logs. Codes and WWW-Authenticate stay as documented.
+func TestAuthRefusalDetails(t *testing.T) {
+	t.Parallel()
+	long := "long-" + strings.Repeat("Zq9", 10240/3) // 10 KB
+	cases := []struct {
+		name      string
+		header    []string // Authorization values; nil: none
+		method    string
+		path      string
+		status    int
+		challenge string // WWW-Authenticate's error, "" for none
+		detail    []string
+		secret    string // must not show
+	}{
+		{"Missing", nil, "GET", "/v1/plans", 401, "", []string{"no bearer token", "no Authorization header"}, ""},
+		{"BearerAlone", []string{"Bearer"}, "GET", "/v1/plans", 401, "invalid_request",
+			[]string{"malformed Authorization header", "Bearer with no token after it"}, ""},
+		{"BearerSpaces", []string{"Bearer   "}, "GET", "/v1/plans", 401, "invalid_request",
+			[]string{"Bearer with no token after it"}, ""},
+		{"ControlCharacters", []string{"Bearer " + opsSecret + "\x01"}, "GET", "/v1/plans", 401, "invalid_request",
+			[]string{"malformed Authorization header", "control characters"}, opsSecret},
+		{"LineEnd", []string{"Bearer " + opsSecret + "\r"}, "GET", "/v1/plans", 401, "invalid_request",
+			[]string{"control characters"}, opsSecret},
+		{"TenKilobytes", []string{"Bearer " + long}, "GET", "/v1/plans", 401, "invalid_request",
+			[]string{"malformed Authorization header", fmt.Sprintf("%d bytes", len(long)), "(1024)"}, long[:40]},
+		{"Space", []string{"Bearer " + opsSecret + " extra"}, "GET", "/v1/plans", 401, "invalid_request",
+			[]string{"contains a space"}, opsSecret},
+		{"NotBearer", []string{"Basic " + opsSecret}, "GET", "/v1/plans", 401, "invalid_request",
+			[]string{"must be Bearer <token>"}, opsSecret},
+		{"SchemeOnlySecret", []string{opsSecret}, "GET", "/v1/plans", 401, "invalid_request",
+			[]string{"must be Bearer <token>"}, opsSecret},
+		{"TwoHeaders", []string{"Bearer " + opsSecret, "Bearer " + viewerSecret}, "GET", "/v1/plans", 401, "invalid_request",
+			[]string{"2 Authorization headers"}, opsSecret},
+		{"Unknown", []string{"Bearer " + unknownSecret}, "GET", "/v1/plans", 401, "invalid_token",
+			[]string{"unknown token", "not one configured on this server"}, unknownSecret},
+		{"ViewerPost", []string{"Bearer " + viewerSecret}, "POST", "/v1/plans/" + planID + "/pause", 403, "",
+			[]string{"token watcher has role viewer", "POST /v1/plans/{planId}/pause needs role operator"}, viewerSecret},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			svc := newFake()
+			h, logs := newAPI(t, svc, httpapi.Config{Tokens: testTokens()})
+			var body io.Reader
+			if c.method == "POST" {
+				body = strings.NewReader(`{"reason": "INC-1"}`)
+			}
+			req := httptest.NewRequest(c.method, c.path, body)
+			req.RemoteAddr = "192.0.2.1:4000"
+			if body != nil {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			if c.header != nil {
+				req.Header["Authorization"] = c.header // as sent: no validation on the way
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			a := answer{Status: rec.Code, Header: rec.Header(), Body: rec.Body.Bytes()}
+			code := httpapi.CodeUnauthenticated
+			if c.status == 403 {
+				code = httpapi.CodePermissionDenied
+			}
+			p := a.problem(t, c.status, code)
+			for _, want := range c.detail {
+				if !strings.Contains(p.Detail, want) {
+					t.Errorf("detail %q lacks %q", p.Detail, want)
+				}
+			}
+			if svc.Calls() != 0 {
+				t.Errorf("the service was called %d times", svc.Calls())
+			}
+			ch := a.Header.Get("WWW-Authenticate")
+			switch {
+			case c.status == 403 && ch != "":
+				t.Errorf("403 with WWW-Authenticate %q", ch)
+			case c.status == 401 && c.challenge == "" && ch != `Bearer realm="deploycoord"`:
+				t.Errorf("WWW-Authenticate = %q, want the bare challenge", ch)
+			case c.status == 401 && c.challenge != "" && ch != `Bearer realm="deploycoord", error="`+c.challenge+`"`:
+				t.Errorf("WWW-Authenticate = %q, want error=%q", ch, c.challenge)
+			}
+			if c.secret != "" {
+				for where, s := range map[string]string{"answer": string(a.Body), "logs": logs.String()} {
+					if strings.Contains(s, c.secret) {
+						t.Errorf("the %s echo the secret sent:\n%s", where, s)
+					}
+				}
+			}
+		})
 	}
 }
