@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
@@ -208,4 +210,46 @@ func (c *Coordinator) selectForRetry(ctx context.Context, planID string, req Pla
 		}
 	}
 	return out, nil
+}
+
+// bulkWorkers is how many tasks a bulk action (a plan's cancel, the
+// preparation of a bulk retry) works on at once. The store and the tenant
+// locks group concurrent calls into shared pipelines (repository's group
+// commit, redislock's batcher), so k calls in flight cost about one round
+// trip instead of k; 64 keeps the pipelines large without flooding Redis
+// while the plan's own tasks run beside them.
+const bulkWorkers = 64
+
+// forEachBounded calls f(0) … f(n-1), at most workers at a time, and
+// returns the first error; once one failed no further call starts (those
+// in flight finish), as a loop that stops at its first error would.
+func forEachBounded(n, workers int, f func(i int) error) error {
+	if n == 0 {
+		return nil
+	}
+	var (
+		next  atomic.Int64
+		once  sync.Once
+		first error
+		wg    sync.WaitGroup
+	)
+	failed := atomic.Bool{}
+	for range min(workers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !failed.Load() {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				if err := f(i); err != nil {
+					once.Do(func() { first = err })
+					failed.Store(true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return first
 }

@@ -479,13 +479,18 @@ func (c *Coordinator) CancelPlan(ctx context.Context, planID, reason string, a A
 	// Cancel what no instance is running. Running tasks get a request; their
 	// owner honours it between two stages. Each write applies only if the
 	// task is unchanged, so this is safe against the owner starting tasks.
+	// The tasks are written bulkWorkers at a time: each write is its own
+	// (fenced, sequence-checked) write as before, and the store's group
+	// commit sends the concurrent ones in shared pipelines — one round
+	// trip per task, one after the other, took 9.5 s for 50 000 tasks.
 	why := "plan cancelled: " + reason
 	for _, s := range []task.Status{task.StatusPending, task.StatusPaused, task.StatusRunning} {
 		items, err := c.loadItems(ctx, planID, s, itemStart)
 		if err != nil {
 			return PlanView{}, translate(err, "plan "+planID)
 		}
-		for _, it := range items {
+		err = forEachBounded(len(items), bulkWorkers, func(i int) error {
+			it := items[i]
 			ev := a.event(task.EventCancelRequested, c.now(), why)
 			ev.Instance = c.cfg.Instance
 			if s == task.StatusRunning {
@@ -493,13 +498,14 @@ func (c *Coordinator) CancelPlan(ctx context.Context, planID, reason string, a A
 					r.requestCancel(why)
 				}
 				if _, err := c.store.RequestTask(ctx, it.t.TenantID, it.t.ID, task.RequestCancel, ev); err != nil {
-					return PlanView{}, translate(err, "task "+it.t.ID)
+					return translate(err, "task "+it.t.ID)
 				}
-				continue
+				return nil
 			}
-			if err := c.cancelIdle(ctx, it.t, why, ev); err != nil {
-				return PlanView{}, err
-			}
+			return c.cancelIdle(ctx, it.t, why, ev)
+		})
+		if err != nil {
+			return PlanView{}, err
 		}
 	}
 	return c.Plan(ctx, planID)
