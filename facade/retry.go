@@ -120,31 +120,7 @@ func (c *Coordinator) retryTask(ctx context.Context, tenantID, taskID string, re
 	if c.closing.Load() {
 		return RetryResult{}, wrapf(ErrShuttingDown, "instance %s is shutting down; retry on another instance", c.cfg.Instance)
 	}
-	mode := "fromCheckpoint"
-	switch {
-	case req.FromStage != "":
-		mode = "fromStage"
-	case req.SkipStage:
-		mode = "skipStage"
-	case req.FromCheckpoint != nil && !*req.FromCheckpoint:
-		mode = "fromStart"
-	}
-	rs.event = a.event(task.EventRetryRequested, c.now(), req.Reason)
-	rs.event.Instance = c.cfg.Instance
-	if rs.event.Data == nil {
-		rs.event.Data = map[string]any{}
-	}
-	rs.event.Data["mode"], rs.event.Data["previousStatus"], rs.event.Data["wouldRun"] = mode, string(t.Status), res.WouldRun
-	if req.FromStage != "" {
-		rs.event.Data["fromStage"] = req.FromStage
-	}
-	rs.expectSeq = t.Seq
-	rs.mode = task.RetryNew
-	rs.orphaned = c.orphaned(t)
-	if rs.orphaned {
-		rs.event.Data["takeover"] = true
-		rs.event.Data["previousOwner"] = t.Owner
-	}
+	mode := c.retryEvent(&rs, t, req, a, res.WouldRun)
 	if c.queuesReruns() && !rs.orphaned {
 		queued, ck, err := c.queueRerun(ctx, t, p, stages, rs)
 		if err != nil {
@@ -166,6 +142,37 @@ func (c *Coordinator) retryTask(ctx context.Context, tenantID, taskID string, re
 	r.log.Info().Str("actor", rs.event.Actor).Str("reason", req.Reason).Str("mode", mode).Int("from", from).Msg("task retried")
 	res.Task = &view
 	return res, nil
+}
+
+// retryEvent fills in rs the timeline entry and the expectations of a
+// retry of t that runs the stages wouldRun, and returns the retry's mode.
+func (c *Coordinator) retryEvent(rs *rerunSpec, t *task.Task, req RetryRequest, a Actor, wouldRun []string) string {
+	mode := "fromCheckpoint"
+	switch {
+	case req.FromStage != "":
+		mode = "fromStage"
+	case req.SkipStage:
+		mode = "skipStage"
+	case req.FromCheckpoint != nil && !*req.FromCheckpoint:
+		mode = "fromStart"
+	}
+	rs.event = a.event(task.EventRetryRequested, c.now(), req.Reason)
+	rs.event.Instance = c.cfg.Instance
+	if rs.event.Data == nil {
+		rs.event.Data = map[string]any{}
+	}
+	rs.event.Data["mode"], rs.event.Data["previousStatus"], rs.event.Data["wouldRun"] = mode, string(t.Status), wouldRun
+	if req.FromStage != "" {
+		rs.event.Data["fromStage"] = req.FromStage
+	}
+	rs.expectSeq = t.Seq
+	rs.mode = task.RetryNew
+	rs.orphaned = c.orphaned(t)
+	if rs.orphaned {
+		rs.event.Data["takeover"] = true
+		rs.event.Data["previousOwner"] = t.Owner
+	}
+	return mode
 }
 
 // retriable checks that t may be retried by hand.

@@ -454,6 +454,11 @@ func planCancelStopsBulkRetry(t *testing.T, from plan.Status, reopen bool) {
 			if !errors.Is(sk.Err, facade.ErrPlanFinished) || !strings.Contains(sk.Err.Error(), "cancelled after this bulk retry began") {
 				t.Errorf("skipped %s: %v; want PLAN_FINISHED, cancelled meanwhile", sk.TenantID, sk.Err)
 			}
+			// A bulk retry prepares its tenants (their locks taken) before
+			// it goes through them: the skipped ones' locks are released.
+			if li, err := b.locks.View(ctx, sk.TenantID); err != nil || li.Held {
+				t.Errorf("skipped %s: lock %+v %v, want released", sk.TenantID, li, err)
+			}
 		}
 		time.Sleep(300 * time.Millisecond)
 		b.idle(c)

@@ -25,6 +25,49 @@ func (c *Coordinator) queuesReruns() bool { return c.queue != nil }
 // from its checkpoint under a permit. A finished plan goes back to RUNNING
 // with the write. Returns the task as written.
 func (c *Coordinator) queueRerun(ctx context.Context, t *task.Task, p *plan.Plan, stages []stage.Runnable, rs rerunSpec) (*task.Task, *checkpoint.Checkpoint, error) {
+	q, err := c.prepareRequeue(ctx, t, p, stages, rs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.commitRequeue(ctx, q, p); err != nil {
+		return nil, nil, err
+	}
+	if err := c.queueWork(ctx, p, stages, []planItem{{t: q.fresh, mode: itemStart}}); err != nil {
+		// The task is PENDING and not queued: the plan's repair (resume,
+		// or the counts repair) queues it again.
+		c.log.Error().Err(err).Str("task_id", t.ID).Str("plan_id", p.ID).Msg("task queued again as PENDING but could not be pushed on the plan's queue; resume the plan to queue it")
+	}
+	return q.fresh, &q.base, nil
+}
+
+// requeue is queueRerun's write, prepared under the tenant lock and not
+// sent yet (a bulk retry prepares many at once, then sends them one by
+// one, each after its check of the plan).
+type requeue struct {
+	t, fresh *task.Task
+	lease    Lease
+	w        task.Write
+	base     checkpoint.Checkpoint
+}
+
+// prepareRequeue takes the tenant lock for t, reads the task again under
+// it and prepares the write that moves it back to PENDING. The caller
+// commits it (commitRequeue) or releases q.lease.
+func (c *Coordinator) prepareRequeue(ctx context.Context, t *task.Task, p *plan.Plan, stages []stage.Runnable, rs rerunSpec) (*requeue, error) {
+	lease, err := c.lockFor(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	fresh, ck, err := c.store.Task(ctx, t.ID)
+	if err != nil {
+		c.releaseQuietly(lease)
+		return nil, translate(err, "task "+t.ID)
+	}
+	return c.requeueLocked(t, fresh, ck, lease, p, stages, rs)
+}
+
+// lockFor takes the tenant lock for a re-run of t.
+func (c *Coordinator) lockFor(ctx context.Context, t *task.Task) (Lease, error) {
 	holder := tenantlock.Holder{PlanID: t.PlanID, TaskID: t.ID, Instance: c.cfg.Instance}
 	lease, err := c.locks.Acquire(ctx, t.TenantID, holder)
 	var stale *tenantlock.LockedError
@@ -32,16 +75,18 @@ func (c *Coordinator) queueRerun(ctx context.Context, t *task.Task, p *plan.Plan
 		lease, err = c.locks.Acquire(ctx, t.TenantID, holder)
 	}
 	if err != nil {
-		return nil, nil, c.lockRefusal(t, err)
+		return nil, c.lockRefusal(t, err)
 	}
-	fresh, ck, err := c.store.Task(ctx, t.ID)
-	if err != nil {
-		c.releaseQuietly(lease)
-		return nil, nil, translate(err, "task "+t.ID)
-	}
+	return lease, nil
+}
+
+// requeueLocked is prepareRequeue once the lock is held and the task read
+// again under it (fresh, its checkpoint ck); it releases the lock if it
+// fails.
+func (c *Coordinator) requeueLocked(t, fresh *task.Task, ck *checkpoint.Checkpoint, lease Lease, p *plan.Plan, stages []stage.Runnable, rs rerunSpec) (*requeue, error) {
 	if err := c.checkFresh(t, fresh, rs); err != nil {
 		c.releaseQuietly(lease)
-		return nil, nil, err
+		return nil, err
 	}
 	base := checkpoint.Empty()
 	if ck != nil {
@@ -55,7 +100,7 @@ func (c *Coordinator) queueRerun(ctx context.Context, t *task.Task, p *plan.Plan
 	now := c.now()
 	if err := fresh.Requeue(now, lease.Fence(), from, stageAt(p.StageNames(), from), rs.mode); err != nil {
 		c.releaseQuietly(lease)
-		return nil, nil, translate(err, "task")
+		return nil, translate(err, "task")
 	}
 	var write *checkpoint.Checkpoint
 	if rs.ckpt != nil && !rs.deleteCkpt {
@@ -76,32 +121,33 @@ func (c *Coordinator) queueRerun(ctx context.Context, t *task.Task, p *plan.Plan
 	ev.Data["queued"] = true
 	w := task.Write{Task: fresh, PrevStatus: prev, ExpectSeq: fresh.Seq, Guard: guardOf(lease), Checkpoint: write,
 		DeleteCheckpoint: rs.deleteCkpt, Events: []task.Event{ev}, ClearRequests: true, ReleaseLock: true, ID: task.NewWriteID()}
+	return &requeue{t: t, fresh: fresh, lease: lease, w: w, base: base}, nil
+}
+
+// commitRequeue sends q's write (releasing the lock if it fails) and
+// publishes it; p's status becomes the plan's status after the write.
+func (c *Coordinator) commitRequeue(ctx context.Context, q *requeue, p *plan.Plan) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.WriteTimeout)
-	res, err := c.writeTask(wctx, w)
+	res, err := c.writeTask(wctx, q.w)
 	cancel()
 	if err != nil {
-		c.releaseQuietly(lease)
+		c.releaseQuietly(q.lease)
 		var refused *task.RefusedError
 		if errors.As(err, &refused) {
-			return nil, nil, wrapf(ErrInvalidState, "task %s of tenant %s changed meanwhile; read it again", t.ID, t.TenantID)
+			return wrapf(ErrInvalidState, "task %s of tenant %s changed meanwhile; read it again", q.t.ID, q.t.TenantID)
 		}
-		return nil, nil, translate(err, "task")
+		return translate(err, "task")
 	}
-	lease.Forget() // the write deleted the lock
-	fresh.Seq = res.Seq
+	q.lease.Forget() // the write deleted the lock
+	q.fresh.Seq = res.Seq
 	// On the feed as a run's writes are: the timeline entry, and the plan
 	// going back to RUNNING if it had finished.
-	c.publishWrite(fresh, prev, w.Events)
+	c.publishWrite(q.fresh, q.w.PrevStatus, q.w.Events)
 	c.planStatusChanged(p.ID, res)
 	if res.PlanStatus != "" {
 		p.Status = plan.Status(res.PlanStatus)
 	}
-	if err := c.queueWork(ctx, p, stages, []planItem{{t: fresh, mode: itemStart}}); err != nil {
-		// The task is PENDING and not queued: the plan's repair (resume,
-		// or the counts repair) queues it again.
-		c.log.Error().Err(err).Str("task_id", t.ID).Str("plan_id", p.ID).Msg("task queued again as PENDING but could not be pushed on the plan's queue; resume the plan to queue it")
-	}
-	return fresh, &base, nil
+	return nil
 }
 
 // lockRefusal translates a failed Acquire of a re-run.
