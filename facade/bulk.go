@@ -260,9 +260,9 @@ type prepared struct {
 	alone bool
 }
 
-// prepare is retryTask's part before its plan check, for one tenant of a
-// chunk, and queueRerun's part before its write.
-// The tenant's task t and checkpoint ck were read (err) for the whole chunk.
+// prepare is retryTask's part before its plan check for one tenant sel
+// of a chunk, up to the tenant lock; t and ck are the tenant's current
+// task and checkpoint as read for the whole chunk (err: that read failed).
 func (b *bulkRetry) prepare(ctx context.Context, sel, t *task.Task, ck *checkpoint.Checkpoint, err error) (pr prepared) {
 	c := b.c
 	if err == nil && t == nil {
