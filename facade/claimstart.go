@@ -121,6 +121,17 @@ func (c *Coordinator) startClaimed(pr *planRun, t *task.Task, acquired func(), l
 		Events: []task.Event{{At: now.UTC(), Type: task.EventStarted, Instance: c.cfg.Instance, Fence: claim.Fence, Attempt: started.Attempt}},
 	}
 	res, err := c.writeClaimed(w, claim)
+	if err != nil && res.Seq > 0 {
+		// The start landed — the record is RUNNING with this claim's lock —
+		// and only its plan counts' move failed (see Store.WriteTask). It
+		// is a start: taken for one that had not landed, it was queued
+		// again and the next claim, finding it RUNNING, dropped it — the
+		// task stayed RUNNING with no run anywhere. The run's later moves
+		// start from the ledger entry the failed move left, so the counts
+		// add up again when the task ends; until then they lag.
+		log.Error().Err(err).Msg("task started, but its plan's counts did not move; they lag until it ends (or repair the plan's counts)")
+		err = nil
+	}
 	if err != nil {
 		c.runs.Done()
 		var refused *task.RefusedError

@@ -47,7 +47,10 @@ type Store interface {
 
 	// WriteTask applies w atomically (one round trip). Returns a
 	// *task.RefusedError (errors.Is task.ErrWriteRefused) when the guard,
-	// fence or sequence check fails; nothing is written then.
+	// fence or sequence check fails; nothing is written then. A result
+	// with Seq > 0 and an error means the record was written but the
+	// plan's counts did not move (the Redis stores: its move failed): the
+	// write landed.
 	WriteTask(ctx context.Context, w task.Write) (task.WriteResult, error)
 	// RequestTask stores a cooperative request on a task (and appends ev to
 	// its timeline) without the tenant lock, and returns the task as stored.

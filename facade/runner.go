@@ -434,6 +434,15 @@ func (r *taskRun) commit(w task.Write) error {
 		ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
 		res, err := r.c.writeTask(ctx, w)
 		cancel()
+		if err != nil && res.Seq > 0 {
+			// Written; only the plan counts' move failed (see
+			// Store.WriteTask). Taken for a write that did not land, a start
+			// was queued again and dropped as running (the task RUNNING
+			// with no run), a stage boundary stopped a run whose record
+			// says it goes on.
+			r.log.Error().Err(err).Msg("task written, but its plan's counts did not move; they lag until its next status change (or repair the plan's counts)")
+			err = nil
+		}
 		if err == nil {
 			if waiting {
 				r.log.Info().Msg("redis is back; waiting write stored")
