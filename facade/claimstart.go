@@ -159,7 +159,7 @@ func (c *Coordinator) startClaimed(pr *planRun, t *task.Task, acquired func(), l
 		// PENDING (or, if a lost answer landed and Redis stayed away past
 		// the lease, RUNNING without a holder: orphaned, for an operator).
 		c.forget(t.ID, claim.Fence)
-		log.Warn().Err(err).Msg("could not mark task RUNNING; it will be started again")
+		logStartNotLanded(log, err, w.ExpectSeq, claim.Fence)
 		return true, true
 	}
 	// A lease adopted after it ran out (Redis answered late) is lost from
@@ -223,4 +223,30 @@ func (c *Coordinator) letGoClaim(tenantID string, h tenantlock.Holder, claim ten
 		return
 	}
 	c.releaseQuietly(lease)
+}
+
+// logStartNotLanded logs a start whose RUNNING write did not land: the task
+// is still PENDING and is started again (queued again with shared plans,
+// read again before an owned plan's run ends). The message keeps its words
+// (alerts match them); cause says whether anyone has to act
+// (docs/operations.md, "A start that did not land"): "refused" — the record
+// was written by someone else after this instance read it (refusal, and the
+// stored seq and fence against the start's expected_seq and fence; nothing
+// of this version writes a PENDING task but its start, so a repeated one
+// names another writer), "unavailable" — Redis did not answer within the
+// lease (a start that landed unanswered shows orphaned: retry it), "error"
+// — Redis answered an error.
+func logStartNotLanded(log zerolog.Logger, err error, expectSeq, fence int64) {
+	ev := log.Warn().Err(err).Int64("expected_seq", expectSeq).Int64("fence", fence)
+	var refused *task.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		ev = ev.Str("cause", "refused").Str("refusal", string(refused.Reason)).Str("stored_status", string(refused.Status)).
+			Int64("stored_seq", refused.Seq).Int64("stored_fence", refused.Fence)
+	case IsUnavailable(err):
+		ev = ev.Str("cause", "unavailable")
+	default:
+		ev = ev.Str("cause", "error")
+	}
+	ev.Msg("could not mark task RUNNING; it will be started again")
 }

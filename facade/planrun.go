@@ -373,7 +373,7 @@ func (c *Coordinator) startTask(pr *planRun, t *task.Task) (again bool) {
 		// after a pause) and starts them through the lock and the plan's
 		// onTenantLocked policy again.
 		c.forget(t.ID, lease.Fence())
-		log.Warn().Err(err).Msg("could not mark task RUNNING; it will be started again")
+		logStartNotLanded(log, err, t.Seq, lease.Fence())
 		return true
 	}
 	c.obs.TaskStarted()
