@@ -440,7 +440,8 @@ func (r *taskRun) commit(w task.Write) error {
 			// was queued again and dropped as running (the task RUNNING
 			// with no run), a stage boundary stopped a run whose record
 			// says it goes on.
-			r.log.Error().Err(err).Msg("task written, but its plan's counts did not move; they lag until its next status change (or repair the plan's counts)")
+			r.log.Error().Err(err).Msg("task written, but its plan's counts did not move; they lag until its next status change " +
+				"(a task that ended has none: repair the plan's counts)")
 			err = nil
 		}
 		if err == nil {
