@@ -434,12 +434,14 @@ func (r *taskRun) commit(w task.Write) error {
 		ctx, cancel := context.WithTimeout(context.Background(), r.c.cfg.WriteTimeout)
 		res, err := r.c.writeTask(ctx, w)
 		cancel()
-		if err != nil && res.Seq > 0 {
+		if err != nil && res.Seq > 0 && !IsUnavailable(err) {
 			// Written; only the plan counts' move failed (see
 			// Store.WriteTask). Taken for a write that did not land, a start
 			// was queued again and dropped as running (the task RUNNING
 			// with no run), a stage boundary stopped a run whose record
-			// says it goes on.
+			// says it goes on. (A move Redis could not take is sent again
+			// below with the write, whose id answers it as written: the
+			// move then applies.)
 			r.log.Error().Err(err).Msg("task written, but its plan's counts did not move; they lag until its next status change " +
 				"(a task that ended has none: repair the plan's counts)")
 			err = nil
