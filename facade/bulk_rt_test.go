@@ -164,10 +164,12 @@ func TestRetryPlanRoundTrips(t *testing.T) {
 	// round trips as time goes by: only the retry's own are budgeted. Two
 	// a task one after the other (the plan check, the write), plus the
 	// preparation's: two reads of 256 tenants each, and the locks, whose
-	// shared pipelines depend on timing (0.07 to 0.3 a task measured,
-	// under -race too); it was 8.0 a task.
+	// shared pipelines depend on timing (0.07 to 0.3 a task measured, 0.57
+	// under -race on a loaded machine; at worst one a task, when no two
+	// acquisitions share a pipeline). The budget is that worst case, 3.1 a
+	// task, so that timing cannot fail the test; it was 8.0 a task.
 	t.Logf("bulk retry of %d tasks: %d round trips of its own, %d in all", bulkTenants, mine, n)
-	if budget := int64(bulkTenants * 25 / 10); mine > budget {
+	if budget := int64(bulkTenants * 31 / 10); mine > budget {
 		t.Errorf("bulk retry of %d tasks: %d round trips, want at most %d", bulkTenants, mine, budget)
 	}
 	pv, err := c.Plan(ctx, v.ID)
