@@ -254,13 +254,12 @@ func (r *Redis) sendWrite(ctx context.Context, op string, tw *EncodedWrite, req 
 			}
 			if cc.corrected {
 				// The refused move's own status change (answer 2) was never
-				// published: the plan's status changed from the one before
-				// the write when exactly one of the two changed it (both:
-				// the correction undid it, as a finished plan reopened
-				// again).
-				moved := replyInt(req.mv[1]) == 2
+				// published: the correction compares the plan's status with
+				// the one before the write (CANCELLED -> RUNNING -> FAILED
+				// is a change, RUNNING -> COMPLETED -> RUNNING none; "moved
+				// xor corrected" took the first for none).
 				return task.WriteResult{CountsCorrected: true, PlanStatus: cc.status,
-					PlanStatusChanged: moved != cc.changed, Counts: cc.counts}, refused
+					PlanStatusChanged: cc.changed, Counts: cc.counts}, refused
 			}
 		}
 		return task.WriteResult{}, refused
@@ -296,7 +295,7 @@ func ttlMargin(ttl time.Duration) time.Duration {
 type correction struct {
 	status    string // the plan's status after it
 	corrected bool   // the ledger entry still carried the write: corrected
-	changed   bool   // its derivation changed the plan's status
+	changed   bool   // the plan's status differs from before the refused write
 	counts    map[task.Status]int
 }
 

@@ -22,8 +22,10 @@
 -- ARGV[8] -> reason of a pause by the failure threshold
 -- ARGV[9] -> now in Unix microseconds (the index score)
 -- ARGV[10] -> TTL in milliseconds (of an index the correction creates)
--- Returns {plan status, 1 if the entry was corrected else 0, 1 if the
--- correction's derivation changed the plan's status else 0, PENDING, RUNNING,
+-- Returns {plan status, 1 if the entry was corrected else 0, 1 if the plan's
+-- status after the correction differs from the one before the refused write
+-- (when the write's own move changed it: see statusFrom) or else from the one
+-- before the correction, else 0, PENDING, RUNNING,
 -- PAUSED, COMPLETED, FAILED, CANCELLED}: a correction is published on the
 -- event feed with the counts it left (the writer's coordinator does it, as
 -- for a task write's counts move), so the counts come with the answer
@@ -48,7 +50,14 @@ count_task(KEYS[1], ARGV[3], ARGV[6], 1)
 redis.call('HSET', KEYS[1], field,
   format_ledger(ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), '', ARGV[6], e.tenant))
 index_task(status_sets(4), ARGV[1], e.status, ARGV[3], ARGV[9], ARGV[10])
-local before = redis.call('HGET', KEYS[2], 'status')
+-- The status to compare with: the one before the refused write when its
+-- own move made the plan's last status change (statusWrite, statusFrom:
+-- that change was never announced, so a correction that leaves a third
+-- status, e.g. CANCELLED -> RUNNING -> FAILED, is a change), else the
+-- current one (a change since was announced by its own write).
+local pr = redis.call('HMGET', KEYS[2], 'status', 'statusWrite', 'statusFrom')
+local before = pr[1]
+if pr[2] == ARGV[2] and pr[3] then before = pr[3] end
 local status = derive_plan(KEYS[1], KEYS[2], ARGV[7], ARGV[8], e.status, ARGV[3])
 local changed = 0
 if before and status ~= before then changed = 1 end

@@ -237,9 +237,12 @@ local function move(base, field)
   flush_counts()
   p[1] = derive_plan(KEYS[1], KEYS[2], ARGV[8], ARGV[10], old.status, new, p)
   if p[1] ~= cur then
-    -- The write that changed it, for a replay of that write (above).
+    -- The write that changed it, for a replay of that write (above), and
+    -- the status it changed: should the write be refused, its correction
+    -- (correct_plan_counts.lua) tells whether the plan's status differs
+    -- from the one before the write, which nobody announced.
     p[5] = ARGV[base + 5]
-    redis.call('HSET', KEYS[2], 'statusWrite', p[5])
+    redis.call('HSET', KEYS[2], 'statusWrite', p[5], 'statusFrom', cur)
     return p[1], 2
   end
   return p[1], 1
