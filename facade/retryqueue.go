@@ -120,7 +120,11 @@ func (c *Coordinator) requeueLocked(t, fresh *task.Task, ck *checkpoint.Checkpoi
 	}
 	ev.Data["queued"] = true
 	w := task.Write{Task: fresh, PrevStatus: prev, ExpectSeq: fresh.Seq, Guard: guardOf(lease), Checkpoint: write,
-		DeleteCheckpoint: rs.deleteCkpt, Events: []task.Event{ev}, ClearRequests: true, ReleaseLock: true, ID: task.NewWriteID()}
+		DeleteCheckpoint: rs.deleteCkpt, Events: []task.Event{ev}, ClearRequests: true, ReleaseLock: true, ID: task.NewWriteID(),
+		// The task must still be the tenant's current one when the write
+		// lands, not only when it was read: a bulk retry writes a chunk's
+		// tenants one after the other, long after it read them.
+		Current: true}
 	return &requeue{t: t, fresh: fresh, lease: lease, w: w, base: base}, nil
 }
 
@@ -133,6 +137,10 @@ func (c *Coordinator) commitRequeue(ctx context.Context, q *requeue, p *plan.Pla
 	if err != nil {
 		c.releaseQuietly(q.lease)
 		var refused *task.RefusedError
+		if errors.As(err, &refused) && refused.Reason == task.RefusedCurrent {
+			return wrapf(ErrInvalidState, "task %s is no longer the current task of tenant %s: a newer plan's task is; retry that one instead",
+				q.t.ID, q.t.TenantID)
+		}
 		if errors.As(err, &refused) {
 			return wrapf(ErrInvalidState, "task %s of tenant %s changed meanwhile; read it again", q.t.ID, q.t.TenantID)
 		}

@@ -56,6 +56,10 @@ func (m *Memory) write(w task.Write, queued bool) (task.WriteResult, error) {
 		return task.WriteResult{}, m.refuse(old, task.RefusedFence)
 	case old.Seq != w.ExpectSeq:
 		return task.WriteResult{}, m.refuse(old, task.RefusedSeq)
+	case w.Current && newerThan(m.byTenantLocked(nt.TenantID), mt):
+		// As write_task.lua's check h, as far as memory knows the tenant's
+		// tasks (one it does not know refuses nothing).
+		return task.WriteResult{}, m.refuse(old, task.RefusedCurrent)
 	}
 	if queued {
 		mt.queued++
@@ -261,6 +265,10 @@ func (m *Memory) Task(_ context.Context, taskID string) (*task.Task, *checkpoint
 }
 
 // byTenantLocked returns the tenant's newest task in memory (nil if none).
+// newerThan reports whether cur, the tenant's current task as memory knows
+// it, is another task than mt (nil: memory knows none).
+func newerThan(cur, mt *memTask) bool { return cur != nil && cur.t.ID != mt.t.ID }
+
 func (m *Memory) byTenantLocked(tenantID string) *memTask {
 	id, ok := m.index[tenantID]
 	if !ok {

@@ -113,6 +113,10 @@ const (
 	// its plan id under, instead of the digest: the script checks the
 	// record's plan and answers with the fixed fields.
 	checkBlind = "?blind"
+	// checkCurrent is the pseudo-field a write that must be of the tenant's
+	// current task (task.Write.Current) sends its task id under: the script
+	// compares it with the newest entry of the tenant's history.
+	checkCurrent = "?current"
 )
 
 // mutableFields are the record fields every write sets, in the order of

@@ -107,8 +107,15 @@ func (tw *EncodedWrite) scriptArgs(writeID *string, full bool, base *ackWrite, s
 	}
 	args = append(args, &tw.w.Guard.LockValue, &tw.fence, &tw.expect, writeID, &tw.ckpt,
 		flag(tw.w.ClearRequests), seventh, &tw.timelineMax, &tw.ttl, &tw.nowMs, &tw.nFields)
+	current := 0
+	if tw.w.Current {
+		// First, not last: a blind start's pseudo-field must be the last.
+		args = append(args, checkCurrent, &tw.w.Task.ID)
+		current = 1
+	}
+	n += current
 	if base != nil {
-		n = 1
+		n = 1 + current
 		for i, name := range mutableFields {
 			if tw.vals[i] != base.vals[i] || name == fHeartbeatAt {
 				args = append(args, &mutableFields[i], &tw.vals[i])

@@ -70,6 +70,13 @@ type Write struct {
 	// start: the writer reads the task then. Saves the read of a task that
 	// another instance created (the shared plans' claimed starts).
 	Blind bool
+	// Current makes the write apply only while Task is its tenant's current
+	// task (the newest created for the tenant), else the store refuses it
+	// with RefusedCurrent. A re-run of a task (a retry, a resume) sets it:
+	// a task of a plan created for the tenant since the re-run was decided
+	// is the tenant's change now, and running the older one again would
+	// undo it.
+	Current bool
 	// ID names the write so that sending it again is safe: a store that
 	// finds it already applied (an earlier attempt whose answer was lost)
 	// answers it as written, with the stored result. Empty: the store gives
@@ -155,6 +162,9 @@ const (
 	// RefusedPlan: the record is of another plan than the blind start's
 	// (Write.Blind).
 	RefusedPlan RefuseReason = "plan"
+	// RefusedCurrent: the task is no longer its tenant's current task
+	// (Write.Current).
+	RefusedCurrent RefuseReason = "current"
 )
 
 // RefusedError is returned when a store refuses a write. It carries what is

@@ -20,6 +20,9 @@
 --      its queue entry, see redis_task.go) finds the record of that plan,
 --      else "plan". Its answer carries the stored params, totalStages and
 --      createdAt, which the writer did not have.
+--   h. a write of the tenant's current task only ("?current" = the task id,
+--      task.Write.Current: a re-run) finds that id the newest entry of the
+--      tenant's history (KEYS[5]), else "current"
 -- A write whose id is already stored was applied before (a client retry): it
 -- succeeds again without writing.
 --
@@ -111,6 +114,8 @@ for i = 12, 11 + 2 * n, 2 do
     if v ~= rec[5] then put_back() return {2, 'fixed'} end
   elseif f == '?blind' then
     if v ~= rec[10] then return refuse('plan') end
+  elseif f == '?current' then
+    if redis.call('ZREVRANGE', KEYS[5], 0, 0)[1] ~= v then return refuse('current') end
   else
     fields[#fields + 1] = f
     fields[#fields + 1] = v

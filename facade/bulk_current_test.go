@@ -1,0 +1,87 @@
+package facade_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/deploycoord/deploycoord/facade"
+	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+)
+
+// TestBulkRetrySkipsTenantTakenByNewPlan: while a bulk retry goes through
+// its tenants, a new plan takes one of them (its task becomes the tenant's
+// current one). A retry of the old task would re-run the old change over
+// the new one: a tenant's retry is refused once its task is no longer the
+// tenant's current one, and a bulk retry must refuse it the same way when
+// the new plan came after the retry began but before it reached that
+// tenant (one retry after the other did; a chunk prepared up front checked
+// it only when it took the locks, and wrote the old task PENDING).
+func TestBulkRetrySkipsTenantTakenByNewPlan(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		c, gate := gatedCoord(t, b)
+		ctx := context.Background()
+		ts := make([]string, 8)
+		for i := range ts {
+			ts[i] = fmt.Sprintf("np-%d", i)
+			b.target.script(ts[i], "deploy", 500, 200)
+		}
+		stages := []task.StageSpec{b.httpStage("deploy", task.RetryPolicy{})}
+		v, err := c.CreatePlan(ctx, spec(stages, ts...), anyone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.waitPlan(c, v.ID, plan.StatusFailed)
+		taken := ts[5]
+		var newPlan string
+		store := &afterWrites{Redis: b.store, at: 1, gate: gate, then: func() {
+			// Nothing of the new plan starts: the gate holds the claims.
+			nv, err := c.CreatePlan(ctx, spec(stages, taken), anyone)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			newPlan = nv.ID
+		}}
+		x := newCoordinator(t, b, store, b.locks, "coord-x", nil)
+		gate.open.Store(false)
+		res, err := x.RetryPlan(ctx, v.ID, facade.PlanRetryRequest{Statuses: []task.Status{task.StatusFailed}, Reason: "INC-8 target fixed"}, anyone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if newPlan == "" {
+			t.Fatal("the new plan was not created")
+		}
+		for _, r := range res.Retried {
+			if r == taken {
+				t.Errorf("%s retried: its task of plan %s is no longer its current one (plan %s's is)", taken, v.ID, newPlan)
+			}
+		}
+		skipped := false
+		for _, sk := range res.Skipped {
+			if sk.TenantID == taken {
+				skipped = true
+				if !errors.Is(sk.Err, facade.ErrInvalidState) {
+					t.Errorf("%s skipped with %v, want INVALID_STATE (no longer the current task)", taken, sk.Err)
+				}
+			}
+		}
+		if !skipped {
+			t.Errorf("%s not skipped: retried %v skipped %v", taken, res.Retried, res.Skipped)
+		}
+		old, _, err := c.PlanTasks(ctx, v.ID, plan.TaskFilter{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tv := range old {
+			if tv.TenantID == taken && tv.Status != task.StatusFailed {
+				t.Errorf("plan %s's task of %s is %s, want FAILED (not re-run over plan %s)", v.ID, taken, tv.Status, newPlan)
+			}
+		}
+		gate.open.Store(true)
+	})
+}
