@@ -2,6 +2,8 @@ package facade
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -307,6 +309,23 @@ func (b *bulkRetry) prepare(ctx context.Context, sel, t *task.Task, ck *checkpoi
 func (b *bulkRetry) chunk(ctx context.Context, ts []*task.Task) {
 	c := b.c
 	preps := make([]prepared, len(ts))
+	defer func() {
+		if p := recover(); p != nil {
+			// A panic (one of the preparations', raised again by
+			// forEachBounded) must not leave the prepared tenants locked
+			// for a lease: release every lease taken (those written or
+			// released already answer "not held", logged).
+			for _, pr := range preps {
+				if pr.lease != nil {
+					c.releaseQuietly(pr.lease)
+				}
+				if pr.q != nil {
+					c.releaseQuietly(pr.q.lease)
+				}
+			}
+			panic(p)
+		}
+	}()
 	if *b.cancelled == nil {
 		// The tenants' current tasks in two round trips (bulkChunk is
 		// within repository.TenantBatchMax), then the locks, bulkWorkers
@@ -466,18 +485,34 @@ const bulkWorkers = 64
 
 // forEachBounded calls f(0) … f(n-1), at most workers at a time, and
 // returns the first error; once one failed no further call starts (those
-// in flight finish), as a loop that stops at its first error would.
+// in flight finish), as a loop that stops at its first error would. A
+// panic of f stops it the same way and is raised again on the caller's
+// goroutine once the calls in flight finished, as a loop's would be: the
+// HTTP server turns a handler's panic into a 500 (recoverPanic), and one
+// on a goroutine of its own would end the process, orphaning every task
+// it runs.
 func forEachBounded(n, workers int, f func(i int) error) error {
 	if n == 0 {
 		return nil
 	}
 	var (
-		next  atomic.Int64
-		once  sync.Once
-		first error
-		wg    sync.WaitGroup
+		next   atomic.Int64
+		once   sync.Once
+		first  error
+		wg     sync.WaitGroup
+		pOnce  sync.Once
+		caught *workerPanic
 	)
 	failed := atomic.Bool{}
+	call := func(i int) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				pOnce.Do(func() { caught = &workerPanic{value: p, stack: debug.Stack()} })
+				failed.Store(true)
+			}
+		}()
+		return f(i)
+	}
 	for range min(workers, n) {
 		wg.Add(1)
 		go func() {
@@ -487,7 +522,7 @@ func forEachBounded(n, workers int, f func(i int) error) error {
 				if i >= n {
 					return
 				}
-				if err := f(i); err != nil {
+				if err := call(i); err != nil {
 					once.Do(func() { first = err })
 					failed.Store(true)
 				}
@@ -495,5 +530,19 @@ func forEachBounded(n, workers int, f func(i int) error) error {
 		}()
 	}
 	wg.Wait()
+	if caught != nil {
+		panic(caught)
+	}
 	return first
+}
+
+// workerPanic is a panic of forEachBounded's f raised again on the caller's
+// goroutine, with the stack of the goroutine where it happened.
+type workerPanic struct {
+	value any
+	stack []byte
+}
+
+func (p *workerPanic) Error() string {
+	return fmt.Sprintf("%v\n\n[goroutine of forEachBounded]\n%s", p.value, p.stack)
 }

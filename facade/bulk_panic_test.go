@@ -1,0 +1,71 @@
+package facade_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/deploycoord/deploycoord/facade"
+	"github.com/deploycoord/deploycoord/internal/redistest"
+	"github.com/deploycoord/deploycoord/plan"
+	"github.com/deploycoord/deploycoord/task"
+	"github.com/deploycoord/deploycoord/tenantlock"
+	"github.com/deploycoord/deploycoord/tenantlock/redislock"
+)
+
+// panicLocks panics on the acquisition of one tenant's lock.
+type panicLocks struct {
+	*redislock.Locker
+	tenant string
+}
+
+func (l panicLocks) Acquire(ctx context.Context, tenantID string, h tenantlock.Holder) (*redislock.Lease, error) {
+	if tenantID == l.tenant {
+		panic("injected: acquire " + tenantID)
+	}
+	return l.Locker.Acquire(ctx, tenantID, h)
+}
+
+// TestBulkActionPanicReachesCaller: a panic in the work of a bulk action
+// (a plan's cancel writes 64 tasks at once; a bulk retry takes 64 locks at
+// once) reaches the caller's goroutine, as it did when they were written one
+// after the other: the HTTP server turns a handler's panic into a 500
+// (recoverPanic), while one on a goroutine of its own ends the process and
+// orphans every task it runs. The bulk retry's other tenants are not left
+// locked.
+func TestBulkActionPanicReachesCaller(t *testing.T) {
+	forBackends(t, func(t *testing.T, be redistest.Backend) {
+		b := setup(t, be, sharedMode)
+		c, gate := gatedCoord(t, b)
+		ctx := context.Background()
+		ts := make([]string, 8)
+		for i := range ts {
+			ts[i] = fmt.Sprintf("pa-%d", i)
+			b.target.script(ts[i], "deploy", 500, 200)
+		}
+		v, err := c.CreatePlan(ctx, spec([]task.StageSpec{b.httpStage("deploy", task.RetryPolicy{})}, ts...), anyone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.waitPlan(c, v.ID, plan.StatusFailed)
+		x := newCoordinator(t, b, gate, panicLocks{Locker: b.locks, tenant: ts[5]}, "coord-x", nil)
+		gate.open.Store(false)
+		caught := func(f func()) (p any) {
+			defer func() { p = recover() }()
+			f()
+			return nil
+		}
+		p := caught(func() {
+			_, _ = x.RetryPlan(ctx, v.ID, facade.PlanRetryRequest{Statuses: []task.Status{task.StatusFailed}, Reason: "INC-8 target fixed"}, anyone)
+		})
+		if p == nil {
+			t.Fatal("bulk retry: the injected panic did not reach the caller")
+		}
+		for _, tn := range ts {
+			if li, err := b.locks.View(ctx, tn); err != nil || li.Held {
+				t.Errorf("%s: lock %+v %v after the panic, want released", tn, li, err)
+			}
+		}
+		gate.open.Store(true)
+	})
+}
