@@ -77,9 +77,23 @@ func TestBulkRetrySkipsTenantTakenByNewPlan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		recount := map[task.Status]int{}
 		for _, tv := range old {
+			recount[tv.Status]++
 			if tv.TenantID == taken && tv.Status != task.StatusFailed {
 				t.Errorf("plan %s's task of %s is %s, want FAILED (not re-run over plan %s)", v.ID, taken, tv.Status, newPlan)
+			}
+		}
+		// The refused write's counts move applied (a higher fence) and was
+		// corrected: the counts are a recount of the records.
+		pv, err := c.Plan(ctx, v.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range task.Statuses {
+			if pv.Counts[s] != recount[s] {
+				t.Errorf("plan %s counts %v, recount %v", v.ID, pv.Counts, recount)
+				break
 			}
 		}
 		gate.open.Store(true)
