@@ -13,11 +13,12 @@ import (
 // run that claimed the task before the cancel sends its start (the same
 // expected seq, a higher fence). The start is refused, but its counts move
 // ties the cancel's seq with a higher fence, so it applies and reopens the
-// plan (CANCELLED -> RUNNING); the correction puts the cancel back in the
-// counts, which finishes the plan again, as FAILED (0 of 1 completed). The
-// plan went CANCELLED -> FAILED across this write, and nobody else saw it
-// change (the cancel's own move did not apply): the refusal must say the
-// status changed, or the feed never announces it.
+// plan (CANCELLED -> RUNNING). The correction puts the cancel back in the
+// counts and the plan back to what it was before the move nobody announced:
+// CANCELLED with the operator's reason and end, not FAILED "0 of 1 tasks
+// did not complete" (which it became before: the operator's cancel turned
+// into a failure). Across the refused write the plan did not change, and
+// the refusal says so.
 func TestRefusedStartAfterPlanCancelReportsChange(t *testing.T) {
 	t.Parallel()
 	eachRedis(t, Config{}, func(t *testing.T, e *env) {
@@ -53,12 +54,12 @@ func TestRefusedStartAfterPlanCancelReportsChange(t *testing.T) {
 		if !res.CountsCorrected {
 			t.Fatalf("refusal %+v: want a counts correction (the start's move applied)", res)
 		}
-		if after.Status != plan.StatusCancelled && !res.PlanStatusChanged {
-			t.Errorf("plan went CANCELLED -> %s across the refused write, but the refusal says PlanStatusChanged=false (%+v): "+
-				"no instance announces the change", after.Status, res)
+		if after.Status != plan.StatusCancelled || after.Reason != p.Reason || !after.FinishedAt.Equal(p.FinishedAt) {
+			t.Errorf("plan after the correction: %s %q finished %v, want it as cancelled: CANCELLED %q finished %v",
+				after.Status, after.Reason, after.FinishedAt, p.Reason, p.FinishedAt)
 		}
-		if res.PlanStatus != string(after.Status) {
-			t.Errorf("refusal says plan %s, the store has %s", res.PlanStatus, after.Status)
+		if res.PlanStatusChanged || res.PlanStatus != string(after.Status) {
+			t.Errorf("refusal %+v: want PlanStatus %s, PlanStatusChanged false (CANCELLED before and after)", res, after.Status)
 		}
 		checkCounts(t, e, p.ID)
 	})

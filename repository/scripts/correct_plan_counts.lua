@@ -55,9 +55,19 @@ index_task(status_sets(4), ARGV[1], e.status, ARGV[3], ARGV[9], ARGV[10])
 -- that change was never announced, so a correction that leaves a third
 -- status, e.g. CANCELLED -> RUNNING -> FAILED, is a change), else the
 -- current one (a change since was announced by its own write).
-local pr = redis.call('HMGET', KEYS[2], 'status', 'statusWrite', 'statusFrom')
+local pr = redis.call('HMGET', KEYS[2], 'status', 'statusWrite', 'statusFrom', 'reasonFrom', 'finishedAtFrom')
 local before = pr[1]
-if pr[2] == ARGV[2] and pr[3] then before = pr[3] end
+if pr[1] and pr[2] == ARGV[2] and pr[3] then
+  before = pr[3]
+  -- That change came from the move being undone, and nobody announced it:
+  -- the plan goes back to the status, reason and end it had before it (a
+  -- cancelled plan that a refused start reopened stays CANCELLED, a plan
+  -- that a refused failure paused by the threshold runs on), and the
+  -- derivation below applies the corrected counts to that.
+  if pr[1] ~= pr[3] then
+    redis.call('HSET', KEYS[2], 'status', pr[3], 'reason', pr[4] or '', 'finishedAt', pr[5] or '', 'updatedAt', ARGV[7])
+  end
+end
 local status = derive_plan(KEYS[1], KEYS[2], ARGV[7], ARGV[8], e.status, ARGV[3])
 local changed = 0
 if before and status ~= before then changed = 1 end

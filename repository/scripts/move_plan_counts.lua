@@ -235,14 +235,15 @@ local function move(base, field)
     return p[1], 1
   end
   flush_counts()
+  local was = redis.call('HMGET', KEYS[2], 'reason', 'finishedAt')
   p[1] = derive_plan(KEYS[1], KEYS[2], ARGV[8], ARGV[10], old.status, new, p)
   if p[1] ~= cur then
     -- The write that changed it, for a replay of that write (above), and
-    -- the status it changed: should the write be refused, its correction
-    -- (correct_plan_counts.lua) tells whether the plan's status differs
-    -- from the one before the write, which nobody announced.
+    -- the status, reason and end it changed: should the write be refused,
+    -- its correction (correct_plan_counts.lua) puts them back — nobody
+    -- announced the change — before it applies the corrected counts.
     p[5] = ARGV[base + 5]
-    redis.call('HSET', KEYS[2], 'statusWrite', p[5], 'statusFrom', cur)
+    redis.call('HSET', KEYS[2], 'statusWrite', p[5], 'statusFrom', cur, 'reasonFrom', was[1] or '', 'finishedAtFrom', was[2] or '')
     return p[1], 2
   end
   return p[1], 1
