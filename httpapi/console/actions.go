@@ -1,6 +1,7 @@
 package console
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"net/http"
 	"slices"
@@ -150,11 +151,18 @@ func (c *Console) retryPlan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	back := c.back(r, c.root+"plans/"+planID)
-	if confirmed(r) {
-		if req.Tenants != nil && len(req.Tenants) == 0 {
+	page := confirmPage{frame: c.frame(r, "Confirm retry"), Action: c.root + "plans/" + planID + "/retry", Back: back}
+	if req.Tenants != nil && len(req.Tenants) == 0 {
+		if confirmed(r) {
 			c.done(w, r, back, "Nothing to retry.")
 			return
 		}
+		page.Heading, page.Nothing = "No tenant matches the filter: nothing to retry.", true
+		c.render(w, r, "confirm", 0, page)
+		return
+	}
+	expect := r.PostForm.Get("expect")
+	if confirmed(r) && expect == "" {
 		res, err := c.svc.RetryPlan(r.Context(), planID, req, actor(r))
 		if err != nil {
 			c.fail(w, r, err)
@@ -163,23 +171,36 @@ func (c *Console) retryPlan(w http.ResponseWriter, r *http.Request) {
 		c.done(w, r, back, retrySummary(res))
 		return
 	}
-	page := confirmPage{frame: c.frame(r, "Confirm retry"), Action: c.root + "plans/" + planID + "/retry", Back: back}
-	if req.Tenants != nil && len(req.Tenants) == 0 {
-		page.Heading, page.Nothing = "No tenant matches the filter: nothing to retry.", true
-		c.render(w, r, "confirm", 0, page)
-		return
-	}
-	req.DryRun = true
-	res, err := c.svc.RetryPlan(r.Context(), planID, req, actor(r))
+	dry := req
+	dry.DryRun = true
+	res, err := c.svc.RetryPlan(r.Context(), planID, dry, actor(r))
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
 	n := len(res.Retried)
+	var changed string
+	if confirmed(r) {
+		// A confirmation of a large selection: act only if the selection
+		// is still the one the person saw, and then on exactly its tenants.
+		if selectionDigest(res.Retried) == expect {
+			res, err := c.retryInChunks(r, planID, req, res.Retried)
+			if err != nil {
+				c.fail(w, r, err)
+				return
+			}
+			c.done(w, r, back, retrySummary(res))
+			return
+		}
+		changed = "The selection changed since the dry run you confirmed (tenants failed, were retried or finished meanwhile): nothing was retried. Here is the dry run again."
+	}
 	page.Heading = fmt.Sprintf("Retry %d %s of plan %s?", n, what, planID)
 	page.Lines = []string{
 		fmt.Sprintf("Dry run: %d selected, %d would be retried %s, %d would be skipped. Nothing has changed yet.", res.Selected, n, modeLabel, len(res.Skipped)),
 		"Reason: " + reason,
+	}
+	if changed != "" {
+		page.Lines = append([]string{changed}, page.Lines...)
 	}
 	for i, id := range res.Retried {
 		if i == maxListed {
@@ -194,21 +215,80 @@ func (c *Console) retryPlan(w http.ResponseWriter, r *http.Request) {
 		}
 		page.Items = append(page.Items, confirmItem{Label: sk.TenantID, Detail: "skipped: " + errText(sk.Err)})
 	}
-	if n == 0 {
+	switch {
+	case n == 0:
 		page.Nothing = true
-	} else {
+	case n > maxFrozen && scope != "selected" && scope != "frozen":
+		// Too many to name in the form (Go reads at most 10 000 form
+		// fields, the console 1 MiB of them, the facade takes 10 000
+		// tenants a call): the form sends the selection again with a
+		// digest of the dry run's tenants, and the confirmation retries
+		// exactly those, if they are still the ones selected.
+		page.Hidden = []field{{"confirm", "yes"}, {"scope", scope}, {"reason", reason}, {"back", back},
+			{"mode", r.PostForm.Get("mode")}, {"stage", r.PostForm.Get("stage")},
+			{"status", r.PostForm.Get("status")}, {"orphaned", r.PostForm.Get("orphaned")}, {"prefix", r.PostForm.Get("prefix")},
+			{"expect", selectionDigest(res.Retried)}}
+	default:
 		// Confirm exactly the tenants of the dry run.
 		page.Hidden = []field{{"confirm", "yes"}, {"scope", "frozen"}, {"reason", reason}, {"back", back},
 			{"mode", r.PostForm.Get("mode")}, {"stage", r.PostForm.Get("stage")}}
 		for _, id := range res.Retried {
 			page.Hidden = append(page.Hidden, field{"tenant", id})
 		}
+	}
+	if n > 0 {
 		page.Button = fmt.Sprintf("Retry %d tenants", n)
 		if n == 1 {
 			page.Button = "Retry 1 tenant"
 		}
 	}
 	c.render(w, r, "confirm", 0, page)
+}
+
+// maxFrozen is the most tenants a bulk retry's confirmation names in its
+// form; a larger selection is confirmed by a digest of its tenants
+// (selectionDigest), checked against a new dry run.
+const maxFrozen = 1000
+
+// selectionDigest identifies the tenants of a dry run, in order, so that a
+// confirmation can tell whether the selection is still the one shown.
+func selectionDigest(ids []string) string {
+	h := sha256.New()
+	for _, id := range ids {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+	}
+	return fmt.Sprintf("%d-%x", len(ids), h.Sum(nil)[:16])
+}
+
+// retryInChunks retries exactly the tenants ids of the selection req, at
+// most facade.MaxBulkTenants a call, and adds the answers up. After a
+// failed call it returns what the earlier calls did, with the error said
+// in the summary's place (some tenants were retried already).
+func (c *Console) retryInChunks(r *http.Request, planID string, req facade.PlanRetryRequest, ids []string) (facade.PlanRetryResult, error) {
+	total := facade.PlanRetryResult{PlanID: planID, Retried: []string{}, Skipped: []facade.RetrySkip{}}
+	for len(ids) > 0 {
+		k := min(len(ids), facade.MaxBulkTenants)
+		one := req
+		one.DryRun, one.Tenants = false, ids[:k]
+		res, err := c.svc.RetryPlan(r.Context(), planID, one, actor(r))
+		if err != nil {
+			if total.Selected == 0 {
+				return total, err
+			}
+			total.Selected += len(ids)
+			for _, id := range ids {
+				total.Skipped = append(total.Skipped, facade.RetrySkip{TenantID: id, Err: err})
+			}
+			return total, nil
+		}
+		total.Selected += res.Selected
+		total.Retried = append(total.Retried, res.Retried...)
+		total.Skipped = append(total.Skipped, res.Skipped...)
+		total.NotSelected = append(total.NotSelected, res.NotSelected...)
+		ids = ids[k:]
+	}
+	return total, nil
 }
 
 // matching lists the tenants of the plan that the filter selects, across

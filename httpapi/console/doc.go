@@ -52,7 +52,12 @@
 // all-matching tenants) and the irreversible actions (cancel, lock release)
 // answer a confirmation page first: for retries it is the dry run, saying
 // which stages would run or how many tenants would be touched and which
-// would be skipped. Confirming sends exactly what the dry run showed.
+// would be skipped. Confirming sends exactly what the dry run showed: the
+// tenants by name, or, for a bulk retry of more than 1000 (too many for a
+// form), the selection and a digest of the dry run's tenants; the console
+// then runs the dry run again and retries exactly those tenants (in calls of
+// at most facade.MaxBulkTenants) only if it selects the same ones, and
+// otherwise shows the new dry run without acting.
 // Results come back as a one-time message on the page the action was sent
 // from (post/redirect/get).
 package console

@@ -129,6 +129,9 @@ type bundleOpts struct {
 	// shared: the coordinator shares plans' work (retries are queued), as
 	// cmd/deploycoord's default.
 	shared bool
+	// wrap, when set, returns the service the console talks to, around
+	// the bundle's coordinator (to stand in for states too large to make).
+	wrap func(*facade.Coordinator) console.Service
 }
 
 func setup(t testing.TB, o bundleOpts) *bundle {
@@ -152,7 +155,11 @@ func setup(t testing.TB, o bundleOpts) *bundle {
 			{Name: "otto", Role: httpapi.RoleOperator, Hash: httpapi.HashSecret(operatorSecret)},
 		}
 	}
-	con, err := console.New(b.coord, console.Config{BasePath: o.basePath, Tokens: tokens, Version: "test",
+	var svc console.Service = b.coord
+	if o.wrap != nil {
+		svc = o.wrap(b.coord)
+	}
+	con, err := console.New(svc, console.Config{BasePath: o.basePath, Tokens: tokens, Version: "test",
 		PollInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
