@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"html"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/deploycoord/deploycoord/facade"
 	"github.com/deploycoord/deploycoord/httpapi/console"
@@ -247,4 +249,31 @@ func TestPagesPager(t *testing.T) {
 		mustNotContain(t, "page 2", `id="row-pg-000"`, "Next page")
 	back := link(second, "First page")
 	br.get(b.ui("plans/"+pv.ID+back)).mustStatus(t, 200, "back").mustContain(t, "back", "Page 1: 100 tenants matching the filter")
+}
+
+// TestBidiControlsShownEscaped: JSON the console shows (a plan's params,
+// a checkpoint's context data: a target's answer) may hold bidirectional
+// controls, which the API takes there. Shown raw, a right-to-left override
+// makes the rest of the line read backwards (a version that is not the
+// one stored); the console shows them as JSON escapes instead.
+func TestBidiControlsShownEscaped(t *testing.T) {
+	t.Parallel()
+	b := setup(t, bundleOpts{})
+	const spoof = "1.2.3\u202e4.5.6\u2066x\u2069"
+	outputs, _ := json.Marshal(map[string]any{"outputs": map[string]any{"build": spoof}})
+	spec := plan.Spec{Name: "bidi", Params: map[string]any{"version": spoof},
+		Stages:  []task.StageSpec{{Name: "build", Kind: "noop", Config: outputs}},
+		Tenants: []plan.TenantSpec{{TenantID: "t-bidi"}}}
+	pv, err := b.coord.CreatePlan(context.Background(), spec, facade.Actor{Name: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitPlan(pv.ID, plan.StatusCompleted)
+	br := b.signedIn(viewerSecret)
+	for _, path := range []string{b.ui("plans/" + pv.ID), b.ui("tenants/t-bidi")} {
+		p := br.get(path).mustStatus(t, 200, path).mustContain(t, path, `1.2.3\u202e4.5.6\u2066x\u2069`)
+		if i := strings.IndexFunc(p.body, func(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }); i >= 0 {
+			t.Errorf("%s shows a bidirectional control raw: …%s…", path, p.body[max(0, i-40):i+10])
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/deploycoord/deploycoord/facade"
 	"github.com/deploycoord/deploycoord/plan"
@@ -175,13 +176,36 @@ func dur(d any) string {
 }
 
 // prettyJSON is v as indented JSON (shown as text: the template escapes it).
+// Bidirectional controls, which params and a target's outputs may hold,
+// are written as JSON escapes: raw, a right-to-left override would make the
+// rest of its line read backwards, showing a value other than the stored one.
 func prettyJSON(v any) string {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Sprint(v)
 	}
-	return string(b)
+	return escapeBidi(string(b))
 }
+
+// escapeBidi writes the bidirectional controls in JSON text as \uXXXX
+// escapes (in JSON they can only be inside strings, where the escape means
+// the same character).
+func escapeBidi(s string) string {
+	if !strings.ContainsFunc(s, isBidiControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if isBidiControl(r) {
+			fmt.Fprintf(&b, `\u%04x`, r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func isBidiControl(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }
 
 // short cuts s to n runes with an ellipsis (the full text is shown on
 // hover and on expand).
