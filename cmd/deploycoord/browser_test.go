@@ -216,6 +216,60 @@ func TestBrowserWatchFailAndRetry(t *testing.T) {
 	}
 }
 
+// TestBrowserHiddenPageGivesBackItsStream: a browser opens at most six
+// connections to the server (HTTP/1.1) and every open console page held
+// one for its event stream, so with five other console tabs open the sixth
+// did not even load. A hidden page (a background tab) closes its stream,
+// and follows the feed again from its cursor when shown.
+func TestBrowserHiddenPageGivesBackItsStream(t *testing.T) {
+	t.Parallel()
+	m, tg := browserServer(t)
+	ctx := newBrowser(t, 1280, 800)
+	base := "http://" + m.Addr
+	pv := createBrowserPlan(t, m, tg, "tabs", "t-h1")
+	err := chromedp.Do(ctx,
+		signIn(base, browserOperator),
+		chromedp.Navigate(base+"/ui/plans/"+pv.ID),
+		waitText("#live-status", "Live: following the event feed"),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The tab goes to the background (the page's handler runs at once),
+	// and five other tabs follow the feed (streams opened here, on the
+	// same connections): the console must still load.
+	status := evaluate[int](t, ctx, `(async () => {
+		Object.defineProperty(document, "visibilityState", {configurable: true, get: () => "hidden"});
+		document.dispatchEvent(new Event("visibilitychange"));
+		window.__tabs = [];
+		await Promise.all([1, 2, 3, 4, 5].map(() => new Promise(ok => {
+			const es = new EventSource(document.body.dataset.root + "events");
+			window.__tabs.push(es);
+			es.addEventListener("open", ok);
+		})));
+		const stop = new AbortController();
+		setTimeout(() => stop.abort(), 20000); // a hang, not a measure
+		try {
+			return (await fetch(document.body.dataset.root, {signal: stop.signal})).status;
+		} catch (e) {
+			return -1;
+		}
+	})()`, chromedp.EvalAwaitPromise)
+	if status != 200 {
+		t.Fatalf("with five other pages following the feed, a page load answered %d (-1: no connection left)", status)
+	}
+	err = chromedp.Do(ctx,
+		waitText("#live-status", "paused while the page is hidden"),
+		chromedp.Evaluate[chromedp.Void](`window.__tabs.forEach(es => es.close());
+			Object.defineProperty(document, "visibilityState", {configurable: true, get: () => "visible"});
+			document.dispatchEvent(new Event("visibilitychange"))`),
+		waitText("#live-status", "Live: following the event feed"),
+	)
+	if err != nil {
+		t.Fatalf("shown again, the page does not follow the feed: %v", err)
+	}
+}
+
 // TestBrowserViewerCannotAct: a viewer sees the plan but no action, and an
 // action sent from the page anyway (with the page's own CSRF token) is
 // refused.

@@ -24,7 +24,10 @@
 // The plan page shows 100 tenants a page; an event for a tenant not on the
 // page costs nothing, and a burst of events costs one fragment request of
 // at most 100 rows per half second. When event streams fail (a buffering
-// proxy, the stream limit) the page polls the same endpoint as JSON. The
+// proxy, the stream limit) the page polls the same endpoint as JSON. A
+// hidden page (a background tab) closes its stream and reopens it from its
+// cursor when shown: a browser opens six connections to a server over
+// HTTP/1.1, and a stream per tab would leave the sixth tab none. The
 // stream reads the feed every PollInterval without blocking in Redis, so it
 // holds no Redis connection between reads.
 //

@@ -116,19 +116,43 @@
       return;
     }
     if (!window.EventSource) { poll(); return; }
-    var opened = false, failures = 0;
-    var es = new EventSource(root + "events?" + feedQuery());
-    es.addEventListener("open", function () { opened = true; failures = 0; say("Live: following the event feed."); });
-    es.addEventListener("changes", function (e) { note(JSON.parse(e.data)); });
-    es.addEventListener("error", function () {
-      failures++;
-      if (!opened || failures >= 3) {
-        es.close();
-        poll();
-      } else {
-        say("Live: reconnecting…");
+    // A browser opens at most six connections to a server over HTTP/1.1
+    // and each stream holds one: with a stream per tab, the sixth console
+    // tab would not even load. A page nobody sees gives its stream back,
+    // and follows on from its cursor when it is seen again (the first
+    // message then says what changed meanwhile).
+    var es = null, polling = false;
+    function open() {
+      var opened = false, failures = 0;
+      es = new EventSource(root + "events?" + feedQuery());
+      es.addEventListener("open", function () { opened = true; failures = 0; say("Live: following the event feed."); });
+      es.addEventListener("changes", function (e) { note(JSON.parse(e.data)); });
+      es.addEventListener("error", function () {
+        failures++;
+        if (!opened || failures >= 3) {
+          es.close();
+          es = null;
+          polling = true;
+          poll();
+        } else {
+          say("Live: reconnecting…");
+        }
+      });
+    }
+    document.addEventListener("visibilitychange", function () {
+      if (polling) return;
+      if (document.visibilityState === "hidden") {
+        if (es) { es.close(); es = null; }
+        say("Live: paused while the page is hidden.");
+      } else if (!es) {
+        open();
       }
     });
+    if (document.visibilityState === "hidden") {
+      say("Live: paused while the page is hidden.");
+    } else {
+      open();
+    }
   }
 
   // The retry mode "from stage" needs its stage; the stage list means
