@@ -44,9 +44,10 @@ func TestSharedBlindStarts(t *testing.T) {
 		a := newCoordinator(t, b, dual(), b.locks, "coord-a", nil)
 		other := newCoordinator(t, b, dual(), b.locks, "coord-b", nil)
 		const n = 16
-		// A short wait first, so that coord-b, which finds the plan at its
-		// next poll, gets tasks too.
-		wait := task.StageSpec{Name: "wait", Kind: "sleep", Config: []byte(`{"duration": "40ms"}`)}
+		// A wait first, so that coord-b, which finds the plan at its next
+		// poll (every 50 ms), gets tasks too: 300 ms, as with 40 ms coord-a
+		// ran all 16 before coord-b's poll under -race on a loaded machine.
+		wait := task.StageSpec{Name: "wait", Kind: "sleep", Config: []byte(`{"duration": "300ms"}`)}
 		s := spec([]task.StageSpec{wait, b.httpStage("deploy", task.RetryPolicy{})})
 		s.MaxConcurrency = 4
 		for i := range n {
