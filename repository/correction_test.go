@@ -1,6 +1,7 @@
 package repository
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -58,12 +59,7 @@ func TestCorrectionThatFinishesPlan(t *testing.T) {
 		tk := fx.tasks[0]
 		pk, _ := e.redis.keys.planKeys(fx.plan.ID)
 		tkk, _ := e.redis.keys.taskKeys(tk.TenantID, tk.ID)
-		const zombieWrite = "zombie-write"
-		v, err := e.redis.run(ctx, movePlanCountsScript, []string{pk.counts, pk.plan, pk.tasks},
-			tk.ID, "RUNNING", 1, 5, zombieWrite, "coord-z", tk.TenantID, formatTime(t0), 60000, plan.ReasonFailureThreshold, micros(t0))
-		if err != nil || replyInt(v.([]any)[1]) != 1 {
-			t.Fatalf("zombie counts update: %v, %v", v, err)
-		}
+		zombieStart(ctx, t, e, tk)
 		c := tk.Clone()
 		_ = c.Cancel(t0, "not needed")
 		if _, err := e.store.WriteTask(ctx, task.Write{Task: c, PrevStatus: task.StatusPending, ExpectSeq: 0}); err != nil {
@@ -82,4 +78,20 @@ func TestCorrectionThatFinishesPlan(t *testing.T) {
 			t.Fatalf("plan after the correction: %v, %v; want FAILED", p, err)
 		}
 	})
+}
+
+// zombieWrite is the write id of zombieStart's counts move.
+const zombieWrite = "zombie-write"
+
+// zombieStart lands the counts move of a start of tk by a zombie (fence 5,
+// its lease gone, coord-z) whose record write never comes: the ledger says
+// RUNNING at seq 1 while the record does not.
+func zombieStart(ctx context.Context, t *testing.T, e *env, tk *task.Task) {
+	t.Helper()
+	pk, _ := e.redis.keys.planKeys(tk.PlanID)
+	v, err := e.redis.run(ctx, movePlanCountsScript, []string{pk.counts, pk.plan, pk.tasks},
+		tk.ID, "RUNNING", 1, 5, zombieWrite, "coord-z", tk.TenantID, formatTime(t0), 60000, plan.ReasonFailureThreshold, micros(t0))
+	if err != nil || replyInt(v.([]any)[1]) != 1 {
+		t.Fatalf("zombie counts update: %v, %v", v, err)
+	}
 }

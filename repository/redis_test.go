@@ -248,12 +248,7 @@ func TestRedisZombieLedgerFirst(t *testing.T) {
 
 		// 1. The zombie (fence 5, its lease gone) starts the task: its counts
 		//    update lands first.
-		const zombieWrite = "zombie-write"
-		v, err := e.redis.run(ctx, movePlanCountsScript, []string{pk.counts, pk.plan, pk.tasks},
-			tk.ID, "RUNNING", 1, 5, zombieWrite, "coord-z", tk.TenantID, formatTime(t0), 60000, plan.ReasonFailureThreshold, micros(t0))
-		if err != nil || replyInt(v.([]any)[1]) != 1 {
-			t.Fatalf("zombie counts update: %v, %v", v, err)
-		}
+		zombieStart(ctx, t, e, tk)
 		// 2. An operator cancels the PENDING task without the lock: committed,
 		//    but its counts update (seq 1, fence 0) loses to the zombie's (1, 5).
 		c := tk.Clone()
@@ -269,7 +264,7 @@ func TestRedisZombieLedgerFirst(t *testing.T) {
 		e.setLock(tk.TenantID, "someone-else")
 		z := tk.Clone()
 		_ = z.Start(t0, "coord-z", 5)
-		v, err = e.redis.run(ctx, writeTaskScript, []string{tkk.task, tkk.ckpt, tkk.timeline, tkk.lock, tkk.history},
+		v, err := e.redis.run(ctx, writeTaskScript, []string{tkk.task, tkk.ckpt, tkk.timeline, tkk.lock, tkk.history},
 			"zombie-lock", 5, 0, zombieWrite, "", "0", "0", 200, 60000, 0)
 		if err != nil || replyInt(v.([]any)[0]) != 0 {
 			t.Fatalf("zombie record write: %v, %v; want a refusal", v, err)
