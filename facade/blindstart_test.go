@@ -41,13 +41,27 @@ func TestSharedBlindStarts(t *testing.T) {
 			return repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), b.store,
 				repository.DualConfig{SharedWork: true})
 		}
-		a := newCoordinator(t, b, dual(), b.locks, "coord-a", nil)
+		// coord-a learns who is alive at every heartbeat: every 20 ms here,
+		// and the plan is created once coord-b is registered, so that
+		// coord-a takes its share of the plan's maxConcurrency (2 of 4), not
+		// all of it — at the default (a lease / 3) it could run the whole
+		// plan before it learned of coord-b, and did on a loaded machine.
 		other := newCoordinator(t, b, dual(), b.locks, "coord-b", nil)
+		a := newCoordinator(t, b, dual(), b.locks, "coord-a", func(c *facade.Config) { c.Heartbeat = 20 * time.Millisecond })
+		eventually(t, 10*time.Second, func() error {
+			insts, err := a.Instances(context.Background())
+			for _, in := range insts {
+				if in.ID == "coord-b" && in.Alive {
+					return nil
+				}
+			}
+			return fmt.Errorf("coord-b not registered yet (%v)", err)
+		})
+		time.Sleep(40 * time.Millisecond) // two of coord-a's heartbeats
 		const n = 16
 		// A wait first, so that coord-b, which finds the plan at its next
-		// poll (every 50 ms), gets tasks too: 300 ms, as with 40 ms coord-a
-		// ran all 16 before coord-b's poll under -race on a loaded machine.
-		wait := task.StageSpec{Name: "wait", Kind: "sleep", Config: []byte(`{"duration": "300ms"}`)}
+		// poll (every 50 ms), finds tasks left to claim.
+		wait := task.StageSpec{Name: "wait", Kind: "sleep", Config: []byte(`{"duration": "100ms"}`)}
 		s := spec([]task.StageSpec{wait, b.httpStage("deploy", task.RetryPolicy{})})
 		s.MaxConcurrency = 4
 		for i := range n {
