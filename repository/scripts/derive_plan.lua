@@ -19,7 +19,9 @@
 --       task_from -> task_to being the status move of the task whose write
 --       moved the counts ('' and '' when no single task moved), and, when
 --       the status changes, writes status, reason, updatedAt and finishedAt
---       as plan.Plan.Apply does; "" when the plan record is missing
+--       as plan.Plan.Apply does and drops statusFrom, reasonFrom and
+--       finishedAtFrom (no correction may put back a status from before
+--       this change); "" when the plan record is missing
 --   status_sets(first) -> {[status] = key} | nil
 --       the plan's per-status task indexes {p}plan:{planId}:status:<S>,
 --       passed as KEYS[first .. first+5] in the order PENDING, RUNNING,
@@ -94,6 +96,10 @@ local function derive_plan(counts_key, plan_key, now, threshold_reason, task_fro
     local finished_at = ''
     if to == 'COMPLETED' or to == 'FAILED' or to == 'CANCELLED' then finished_at = now end
     redis.call('HSET', plan_key, 'status', to, 'reason', reason, 'updatedAt', now, 'finishedAt', finished_at)
+    -- A status no refused write can take back now: a correction puts back
+    -- statusFrom only while the status is still the one its move set. (A
+    -- move that made this change records its own right after.)
+    redis.call('HDEL', plan_key, 'statusFrom', 'reasonFrom', 'finishedAtFrom')
   end
   return to
 end

@@ -20,8 +20,19 @@ if n > 0 then
   end
   if not ok then return {0, cur} end
 end
-local fields = {}
-for i = 3 + n, #ARGV do fields[#fields + 1] = ARGV[i] end
+local fields, sets_status = {}, false
+for i = 3 + n, #ARGV do
+  fields[#fields + 1] = ARGV[i]
+  if ARGV[i] == 'status' and (i - 3 - n) % 2 == 0 then sets_status = true end
+end
 redis.call('HSET', KEYS[1], unpack(fields))
+if sets_status then
+  -- The plan's status is now this writer's (an operator's pause, resume or
+  -- cancel): a refused write's correction must not put back the status a
+  -- move changed before it (see correct_plan_counts.lua), which would undo
+  -- this one. statusWrite stays: a replay of that write still says its
+  -- first sending changed the status.
+  redis.call('HDEL', KEYS[1], 'statusFrom', 'reasonFrom', 'finishedAtFrom')
+end
 for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
 return {1}
