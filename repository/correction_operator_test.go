@@ -105,3 +105,100 @@ func TestCorrectionKeepsOperatorRepause(t *testing.T) {
 		checkCounts(t, e, p.ID)
 	})
 }
+
+// TestCorrectionKeepsOperatorCancel: a refused failure's counts move pauses
+// the plan by the failure threshold; before its correction, an operator
+// cancels the plan (PAUSED -> CANCELLED, update_plan.lua). The correction
+// must not undo the cancel: it put back the status from before the refused
+// move (statusFrom RUNNING), so the cancelled plan ran on, RUNNING, with no
+// reason and no end, and no event said so.
+func TestCorrectionKeepsOperatorCancel(t *testing.T) {
+	t.Parallel()
+	eachRedis(t, Config{}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		var cancelled *plan.Plan
+		p, res, _ := stageRefusedThresholdFailure(t, e, func(p *plan.Plan) {
+			seen, _, err := e.store.Plan(ctx, p.ID)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if seen.Status != plan.StatusPaused {
+				t.Errorf("plan %s before the correction, want PAUSED by the refused move", seen.Status)
+				return
+			}
+			if err := seen.Cancel(e.clock.Now(), "INC-7 stop"); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := e.store.UpdatePlan(ctx, seen, plan.StatusPaused); err != nil {
+				t.Error(err)
+			}
+			cancelled = seen
+		})
+		if cancelled == nil {
+			t.Fatal("the operator's cancel did not run before the correction")
+		}
+		after, _, err := e.store.Plan(ctx, p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.Status != plan.StatusCancelled || after.Reason != cancelled.Reason || !after.FinishedAt.Equal(cancelled.FinishedAt) {
+			t.Errorf("plan after the correction: %s %q finished %v; want the operator's cancel: CANCELLED %q finished %v",
+				after.Status, after.Reason, after.FinishedAt, cancelled.Reason, cancelled.FinishedAt)
+		}
+		if res.PlanStatus != string(after.Status) || res.PlanStatusChanged {
+			// The cancel was the operator's, announced by its own action.
+			t.Errorf("refusal %+v: want PlanStatus %s, PlanStatusChanged false", res, after.Status)
+		}
+		checkCounts(t, e, p.ID)
+	})
+}
+
+// TestCorrectionUndoDoesNotReopen: an operator cancels the plan while a
+// task runs (its run stops at its next boundary); the run's stale failure
+// (expected seq 1, seq 2 written since by the same run without a counts
+// move) is refused, but its counts move applies — on a cancelled plan it
+// changes nothing. Its correction moves the task back FAILED -> RUNNING:
+// that is the same run, not a re-run, and must not reopen the cancelled
+// plan. It did: the correction derived it as a manual re-run (any move to
+// RUNNING from other than PENDING reopens a finished plan), and the plan
+// an operator cancelled was RUNNING again.
+func TestCorrectionUndoDoesNotReopen(t *testing.T) {
+	t.Parallel()
+	eachRedis(t, Config{}, func(t *testing.T, e *env) {
+		ctx := ctxT(t)
+		fx := createPlan(t, e, 2, 0)
+		r := start(t, e, fx.tasks[0], 11)
+		stale := r.tk.Clone()
+		r.tk.StageIndex, r.tk.StageName = 1, stageNames[1]
+		r.mustWrite(task.StatusRunning, task.Write{})
+		p := fx.plan
+		if err := p.Cancel(e.clock.Now(), "INC-9 stop"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.store.UpdatePlan(ctx, p, plan.StatusRunning); err != nil {
+			t.Fatal(err)
+		}
+		if err := stale.Fail(e.clock.Now(), "late"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.store.WriteTask(ctx, task.Write{Task: stale, PrevStatus: task.StatusRunning, ExpectSeq: stale.Seq,
+			Guard: r.guard, ReleaseLock: true, ID: task.NewWriteID()})
+		var refused *task.RefusedError
+		if !errors.As(err, &refused) || !res.CountsCorrected {
+			t.Fatalf("stale failure: %+v, %v; want a refusal with a counts correction", res, err)
+		}
+		after, _, err := e.store.Plan(ctx, p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.Status != plan.StatusCancelled || after.Reason != p.Reason {
+			t.Errorf("plan after the correction: %s %q; want it as the operator cancelled it: CANCELLED %q", after.Status, after.Reason, p.Reason)
+		}
+		if res.PlanStatusChanged {
+			t.Errorf("refusal %+v: want PlanStatusChanged false (CANCELLED before and after)", res)
+		}
+		checkCounts(t, e, p.ID)
+	})
+}

@@ -169,8 +169,10 @@
 // finished plan reopens only on a manual re-run (a move to RUNNING from
 // anything but PENDING), and the failure threshold pauses only on a new
 // failure, so a plan resumed over its threshold runs on. The correction
-// derives with the corrected (refused) status → the stored one as the move;
-// RepairCounts derives with no move. A correction that changed the counts
+// derives with the corrected (refused) status → the stored one as the move
+// — with no move when the task is stored RUNNING under the refused write's
+// fence (the run that sent it, still running: undoing its stale failure is
+// no re-run and reopens no plan); RepairCounts derives with no move. A correction that changed the counts
 // comes back with the refusal (task.WriteResult.CountsCorrected, with the
 // plan's status and counts after it) for the coordinator to publish
 // (plan.counts_corrected, and the plan's status event when the refused move

@@ -5,7 +5,9 @@
 -- record's state as read after the refusal, and the counters move with it;
 -- otherwise a later committed write has overwritten it and nothing is done.
 -- The plan's status is derived with the corrected (wrong) status -> the
--- stored one as the task's move. Prepended with derive_plan.lua.
+-- stored one as the task's move (no move when the task is stored RUNNING
+-- under the refused write's fence: see below). Prepended with
+-- derive_plan.lua.
 --
 -- KEYS[1] -> {p}plan:{planId}:counts
 -- KEYS[2] -> {p}plan:{planId}
@@ -68,7 +70,15 @@ if pr[1] and pr[2] == ARGV[2] and pr[3] then
     redis.call('HSET', KEYS[2], 'status', pr[3], 'reason', pr[4] or '', 'finishedAt', pr[5] or '', 'updatedAt', ARGV[7])
   end
 end
-local status = derive_plan(KEYS[1], KEYS[2], ARGV[7], ARGV[8], e.status, ARGV[3])
+-- The task's move for the derivation: refused status -> stored one, which
+-- stands for a committed write whose own move lost to the refused one (a
+-- re-run's reopens a finished plan). A task stored RUNNING under the
+-- refused write's own fence is the run that sent it, still running: no
+-- re-run happened, and the undo (e.g. of its stale failure, FAILED ->
+-- RUNNING) must not reopen a plan an operator cancelled meanwhile.
+local from = e.status
+if ARGV[3] == 'RUNNING' and tonumber(ARGV[5]) == e.fence then from = '' end
+local status = derive_plan(KEYS[1], KEYS[2], ARGV[7], ARGV[8], from, ARGV[3])
 local changed = 0
 if before and status ~= before then changed = 1 end
 return answer(status, 1, changed)
