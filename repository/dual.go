@@ -106,6 +106,12 @@ type Dual struct {
 	// memory and queued, so the two orders agree.
 	mu    sync.Mutex
 	queue []*queuedOp
+	// landed holds, by write id, the result of a task write that reached
+	// Redis while its counts move came back unavailable (single-instance
+	// mode; guarded by mu): memory has it already, so the run's sending of
+	// it again during the outage is queued for its move without being
+	// applied to memory twice (memory would refuse it by seq).
+	landed map[string]task.WriteResult
 	// wake tells the flusher that the queue grew.
 	wake chan struct{}
 	// drainMu keeps the flusher and Close from writing back at once.
@@ -466,10 +472,17 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 	// write that reached Redis is not applied twice.
 	w.ID = writeIDOf(w)
 	var memRes task.WriteResult
-	apply := func() (*queuedOp, error) {
+	apply := func() (*queuedOp, error) { // called with d.mu held
 		cw, err := copyWrite(w)
 		if err != nil {
 			return nil, fmt.Errorf("%w: write task %s: %v", task.ErrInvalid, w.Task.ID, err)
+		}
+		if res, ok := d.landed[w.ID]; ok {
+			// Landed before, its move not: memory holds it; the replay,
+			// answered as written by its id, moves the counts.
+			memRes = res
+			d.mem.HoldQueued(w.Task.ID)
+			return &queuedOp{kind: opWriteTask, write: cw, holdTask: w.Task.ID}, nil
 		}
 		if memRes, err = d.mem.WriteQueued(w); err != nil {
 			return nil, err
@@ -489,6 +502,9 @@ func (d *Dual) WriteTask(ctx context.Context, w task.Write) (task.WriteResult, e
 	if res.Seq > 0 {
 		// Also when the counts update failed after the record was written.
 		d.mem.MirrorWrite(tw, res)
+		if d.cfg.SingleInstance {
+			d.noteLanded(w.ID, res, IsUnavailable(err))
+		}
 		if d.cfg.SharedWork && w.Task.Status != task.StatusRunning {
 			// Paused, queued again: any instance's to run next. Memory
 			// answers only the tasks running here (writtenHere) and would
@@ -769,3 +785,23 @@ func (d *Dual) ServerRunID(ctx context.Context) (string, error) {
 	d.observe(err)
 	return id, err
 }
+
+// noteLanded remembers (unavailable) or forgets the result of write id, a
+// task write that reached Redis (see Dual.landed). At most landedMax are
+// kept: a write forgotten so is refused by seq when sent again during the
+// same outage, as before.
+func (d *Dual) noteLanded(id string, res task.WriteResult, unavailable bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !unavailable {
+		delete(d.landed, id)
+		return
+	}
+	if d.landed == nil || len(d.landed) >= landedMax {
+		d.landed = map[string]task.WriteResult{}
+	}
+	d.landed[id] = res
+}
+
+// landedMax bounds Dual.landed.
+const landedMax = 1024

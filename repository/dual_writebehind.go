@@ -201,6 +201,9 @@ func (d *Dual) drain(ctx context.Context) bool {
 		d.mu.Lock()
 		d.queue[0] = nil
 		d.queue = d.queue[1:]
+		if op.kind == opWriteTask {
+			delete(d.landed, op.write.ID)
+		}
 		d.mu.Unlock()
 		d.mem.ReleaseQueued(op.holdTask, op.holdPlan)
 	}

@@ -334,6 +334,17 @@ func (m *Memory) ReleaseQueued(taskID, planID string) {
 	}
 }
 
+// HoldQueued keeps task taskID in memory for one more write-behind
+// operation that memory already applied (a write that reached Redis before
+// its counts move could), until its ReleaseQueued.
+func (m *Memory) HoldQueued(taskID string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mt := m.tasks[taskID]; mt != nil {
+		mt.queued++
+	}
+}
+
 // WriteQueued applies w as a write-behind write of the Dual store
 // (single-instance mode): the checks of WriteTask but the lock's (its
 // leases are in-process); the task stays in memory until ReleaseQueued.
