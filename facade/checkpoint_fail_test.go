@@ -16,17 +16,7 @@ import (
 	"github.com/deploycoord/deploycoord/task"
 )
 
-// replyError is an error reply from Redis (it has go-redis's RedisError
-// marker): neither a transport failure, which the store reports as
-// "unavailable" and the runner waits out, nor a fenced-write refusal, which
-// comes back as a script answer.
-type replyError string
-
-func (e replyError) Error() string { return string(e) }
-
-func (replyError) RedisError() {}
-
-var _ redis.Error = replyError("")
+var _ redis.Error = redistest.ReplyError("")
 
 // failCheckpoint answers the first task write carrying a checkpoint whose
 // last completed stage is stage with an error reply, without sending it.
@@ -105,7 +95,7 @@ func (h *failCheckpoint) hit(cmd redis.Cmder) bool {
 func TestCheckpointWriteFailureFailsTask(t *testing.T) {
 	t.Parallel()
 	forBackends(t, func(t *testing.T, be redistest.Backend) {
-		hook := &failCheckpoint{stage: "two", err: replyError("ERR injected checkpoint write failure")}
+		hook := &failCheckpoint{stage: "two", err: redistest.ReplyError("ERR injected checkpoint write failure")}
 		hooked := withHook(be, hook)
 		b := setup(t, hooked)
 		stages := []task.StageSpec{b.httpStage("one", task.RetryPolicy{}), b.httpStage("two", task.RetryPolicy{}), b.httpStage("three", task.RetryPolicy{})}

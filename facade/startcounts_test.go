@@ -2,9 +2,6 @@ package facade_test
 
 import (
 	"context"
-	"fmt"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -41,25 +38,12 @@ func (h *failStartMove) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 			return nil
 		}
 		for _, c := range cmds {
-			if countsMove(c) && h.hits.Add(1) == 1 {
-				c.SetErr(replyError("ERR injected: the plan counts' move failed"))
+			if redistest.IsCountsMove(c) && h.hits.Add(1) == 1 {
+				c.SetErr(redistest.ReplyError("ERR injected: the plan counts' move failed"))
 			}
 		}
 		return nil
 	}
-}
-
-// countsMove reports whether c is a call of move_plan_counts.lua: its first
-// key is a plan's counts hash.
-func countsMove(c redis.Cmder) bool {
-	args := c.Args()
-	if (c.Name() != "evalsha" && c.Name() != "eval") || len(args) < 4 {
-		return false
-	}
-	if n, err := strconv.Atoi(fmt.Sprint(args[2])); err != nil || n < 1 {
-		return false
-	}
-	return strings.HasSuffix(asString(args[3]), ":counts")
 }
 
 // TestStartLandedCountsNotMoved: a task's start write lands (the record is

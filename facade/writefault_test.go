@@ -175,7 +175,7 @@ func (h *failFirstStart) hit(c redis.Cmder) bool {
 	if !(taskWrite(c, false) || taskWrite(c, true)) || !writesStatus(c, task.StatusRunning) || h.hits.Add(1) != 1 {
 		return false
 	}
-	c.SetErr(replyError("ERR injected start write failure"))
+	c.SetErr(redistest.ReplyError("ERR injected start write failure"))
 	return true
 }
 

@@ -3,9 +3,6 @@ package repository
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -32,16 +29,13 @@ func (h *moveThenDown) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 				return err
 			}
 			for _, c := range cmds {
-				a := c.Args()
-				if (c.Name() == "evalsha" || c.Name() == "eval") && len(a) > 3 {
-					if n, _ := strconv.Atoi(toStr(a[2])); n > 0 && strings.HasSuffix(toStr(a[3]), ":counts") {
-						c.SetErr(injectedReply("TRYAGAIN injected: the move could not be taken"))
-					}
+				if redistest.IsCountsMove(c) {
+					c.SetErr(redistest.ReplyError("TRYAGAIN injected: the move could not be taken"))
 				}
 			}
 			return nil
 		case 2:
-			err := injectedReply("LOADING injected: Redis cannot serve")
+			err := redistest.ReplyError("LOADING injected: Redis cannot serve")
 			for _, c := range cmds {
 				c.SetErr(err)
 			}
@@ -49,26 +43,6 @@ func (h *moveThenDown) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		}
 		return next(ctx, cmds)
 	}
-}
-
-// injectedReply is an error reply from Redis (it has go-redis's
-// RedisError marker method).
-type injectedReply string
-
-func (e injectedReply) Error() string { return string(e) }
-func (injectedReply) RedisError()     {}
-
-// toStr is an argument as sent: the store passes some by pointer.
-func toStr(v any) string {
-	switch p := v.(type) {
-	case *string:
-		return *p
-	case *int:
-		return fmt.Sprint(*p)
-	case *int64:
-		return fmt.Sprint(*p)
-	}
-	return fmt.Sprint(v)
 }
 
 // TestDualSingleLandedWriteSentAgain (from a review's proof): single-instance mode. A task's
