@@ -2,14 +2,11 @@ package facade
 
 import (
 	"context"
-	"fmt"
-	"runtime/debug"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
+	"github.com/deploycoord/deploycoord/internal/parallel"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/task/stage"
@@ -312,7 +309,7 @@ func (b *bulkRetry) chunk(ctx context.Context, ts []*task.Task) {
 	defer func() {
 		if p := recover(); p != nil {
 			// A panic (one of the preparations', raised again by
-			// forEachBounded) must not leave the prepared tenants locked
+			// parallel.ForEach) must not leave the prepared tenants locked
 			// for a lease: release every lease taken (those written or
 			// released already answer "not held", logged).
 			for _, pr := range preps {
@@ -335,7 +332,7 @@ func (b *bulkRetry) chunk(ctx context.Context, ts []*task.Task) {
 			ids[i] = t.TenantID
 		}
 		cur, cks, err := c.store.TasksByTenant(ctx, ids)
-		_ = forEachBounded(len(ts), bulkWorkers, func(i int) error {
+		_ = parallel.ForEach(len(ts), bulkWorkers, func(i int) error {
 			// With a deadline, the locker may send the acquisitions in
 			// shared pipelines (it sends a call without one on its own).
 			pctx, cancel := context.WithTimeout(ctx, c.cfg.WriteTimeout)
@@ -422,7 +419,7 @@ func (b *bulkRetry) chunk(ctx context.Context, ts []*task.Task) {
 			Str("mode", pr.mode).Int("from", pr.from).Msg("task retried; queued on the plan's work queue")
 		b.retried(t)
 	}
-	_ = forEachBounded(len(unused), bulkWorkers, func(i int) error {
+	_ = parallel.ForEach(len(unused), bulkWorkers, func(i int) error {
 		c.releaseQuietly(unused[i])
 		return nil
 	})
@@ -482,67 +479,3 @@ func (c *Coordinator) selectForRetry(ctx context.Context, planID string, req Pla
 // trip instead of k; 64 keeps the pipelines large without flooding Redis
 // while the plan's own tasks run beside them.
 const bulkWorkers = 64
-
-// forEachBounded calls f(0) … f(n-1), at most workers at a time, and
-// returns the first error; once one failed no further call starts (those
-// in flight finish), as a loop that stops at its first error would. A
-// panic of f stops it the same way and is raised again on the caller's
-// goroutine once the calls in flight finished, as a loop's would be: the
-// HTTP server turns a handler's panic into a 500 (recoverPanic), and one
-// on a goroutine of its own would end the process, orphaning every task
-// it runs.
-func forEachBounded(n, workers int, f func(i int) error) error {
-	if n == 0 {
-		return nil
-	}
-	var (
-		next   atomic.Int64
-		once   sync.Once
-		first  error
-		wg     sync.WaitGroup
-		pOnce  sync.Once
-		caught *workerPanic
-	)
-	failed := atomic.Bool{}
-	call := func(i int) (err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				pOnce.Do(func() { caught = &workerPanic{value: p, stack: debug.Stack()} })
-				failed.Store(true)
-			}
-		}()
-		return f(i)
-	}
-	for range min(workers, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !failed.Load() {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := call(i); err != nil {
-					once.Do(func() { first = err })
-					failed.Store(true)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if caught != nil {
-		panic(caught)
-	}
-	return first
-}
-
-// workerPanic is a panic of forEachBounded's f raised again on the caller's
-// goroutine, with the stack of the goroutine where it happened.
-type workerPanic struct {
-	value any
-	stack []byte
-}
-
-func (p *workerPanic) Error() string {
-	return fmt.Sprintf("%v\n\n[goroutine of forEachBounded]\n%s", p.value, p.stack)
-}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/deploycoord/deploycoord/internal/parallel"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/task/stage"
@@ -489,7 +490,7 @@ func (c *Coordinator) CancelPlan(ctx context.Context, planID, reason string, a A
 		if err != nil {
 			return PlanView{}, translate(err, "plan "+planID)
 		}
-		err = forEachBounded(len(items), bulkWorkers, func(i int) error {
+		err = parallel.ForEach(len(items), bulkWorkers, func(i int) error {
 			it := items[i]
 			ev := a.event(task.EventCancelRequested, c.now(), why)
 			ev.Instance = c.cfg.Instance

@@ -3,20 +3,18 @@ package console
 import (
 	"context"
 	"errors"
-	"fmt"
 	"html/template"
 	"net/http"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/deploycoord/deploycoord/checkpoint"
 	"github.com/deploycoord/deploycoord/facade"
 	"github.com/deploycoord/deploycoord/httpapi"
+	"github.com/deploycoord/deploycoord/internal/parallel"
 	"github.com/deploycoord/deploycoord/plan"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/tenantlock"
@@ -285,7 +283,7 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request) {
 			func() { pv, pErr = c.svc.Plan(ctx, tv.PlanID) },
 			func() { tl, tErr = c.svc.Timeline(ctx, tenantID, 0) })
 	}
-	atOnce(reads...)
+	parallel.All(reads...)
 	if page.Task != nil {
 		if pErr == nil {
 			page.Plan = &pv
@@ -312,46 +310,6 @@ func (c *Console) tenantPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.render(w, r, "tenant", status, page)
-}
-
-// atOnce calls each f on a goroutine of its own and returns when all
-// returned. A panic of one is raised again on the caller's goroutine once
-// all returned, as if they had been called in turn: the server turns a
-// handler's panic into a 500 (httpapi's recoverPanic), where one on a
-// goroutine of its own ends the process, and every task it runs with it.
-func atOnce(fs ...func()) {
-	var (
-		wg     sync.WaitGroup
-		once   sync.Once
-		caught *readPanic
-	)
-	for _, f := range fs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				if p := recover(); p != nil {
-					once.Do(func() { caught = &readPanic{value: p, stack: debug.Stack()} })
-				}
-			}()
-			f()
-		}()
-	}
-	wg.Wait()
-	if caught != nil {
-		panic(caught)
-	}
-}
-
-// readPanic is a panic of one of atOnce's calls raised again on the
-// caller's goroutine, with the stack of the goroutine where it happened.
-type readPanic struct {
-	value any
-	stack []byte
-}
-
-func (p *readPanic) Error() string {
-	return fmt.Sprintf("%v\n\n[goroutine of a concurrent read]\n%s", p.value, p.stack)
 }
 
 // retryStages are the stages a retry may start from: the checkpoint's
