@@ -3,7 +3,6 @@ package facade_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/deploycoord/deploycoord/facade"
@@ -25,17 +24,8 @@ func TestBulkRetrySkipsTenantTakenByNewPlan(t *testing.T) {
 		b := setup(t, be, sharedMode)
 		c, gate := gatedCoord(t, b)
 		ctx := context.Background()
-		ts := make([]string, 8)
-		for i := range ts {
-			ts[i] = fmt.Sprintf("np-%d", i)
-			b.target.script(ts[i], "deploy", 500, 200)
-		}
+		v, ts := failedPlan(t, b, c, "np", 8)
 		stages := []task.StageSpec{b.httpStage("deploy", task.RetryPolicy{})}
-		v, err := c.CreatePlan(ctx, spec(stages, ts...), anyone)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.waitPlan(c, v.ID, plan.StatusFailed)
 		taken := ts[5]
 		var newPlan string
 		store := &afterWrites{Redis: b.store, at: 1, gate: gate, then: func() {

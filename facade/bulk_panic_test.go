@@ -38,16 +38,7 @@ func TestBulkActionPanicReachesCaller(t *testing.T) {
 		b := setup(t, be, sharedMode)
 		c, gate := gatedCoord(t, b)
 		ctx := context.Background()
-		ts := make([]string, 8)
-		for i := range ts {
-			ts[i] = fmt.Sprintf("pa-%d", i)
-			b.target.script(ts[i], "deploy", 500, 200)
-		}
-		v, err := c.CreatePlan(ctx, spec([]task.StageSpec{b.httpStage("deploy", task.RetryPolicy{})}, ts...), anyone)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.waitPlan(c, v.ID, plan.StatusFailed)
+		v, ts := failedPlan(t, b, c, "pa", 8)
 		x := newCoordinator(t, b, gate, panicLocks{Locker: b.locks, tenant: ts[5]}, "coord-x", nil)
 		gate.open.Store(false)
 		caught := func(f func()) (p any) {
@@ -68,4 +59,22 @@ func TestBulkActionPanicReachesCaller(t *testing.T) {
 		}
 		gate.open.Store(true)
 	})
+}
+
+// failedPlan creates on c a plan of n tenants <prefix>-0 … whose http stage
+// "deploy" fails at its first call (and succeeds at its second), and waits
+// until the plan is FAILED: a plan to retry in bulk.
+func failedPlan(t *testing.T, b *bundle, c *facade.Coordinator, prefix string, n int) (facade.PlanView, []string) {
+	t.Helper()
+	ts := make([]string, n)
+	for i := range ts {
+		ts[i] = fmt.Sprintf("%s-%d", prefix, i)
+		b.target.script(ts[i], "deploy", 500, 200)
+	}
+	v, err := c.CreatePlan(context.Background(), spec([]task.StageSpec{b.httpStage("deploy", task.RetryPolicy{})}, ts...), anyone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitPlan(c, v.ID, plan.StatusFailed)
+	return v, ts
 }
