@@ -9,15 +9,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/deploycoord/deploycoord/facade"
 	"github.com/deploycoord/deploycoord/internal/redistest"
 	"github.com/deploycoord/deploycoord/plan"
-	"github.com/deploycoord/deploycoord/repository"
 	"github.com/deploycoord/deploycoord/task"
 	"github.com/deploycoord/deploycoord/task/stage"
-	"github.com/deploycoord/deploycoord/tenantlock/redislock"
 )
 
 // bulkBench is one coordinator as the server wires it (the Dual store, a
@@ -31,23 +28,6 @@ type bulkBench struct {
 }
 
 func newBulkBench(b *testing.B) *bulkBench {
-	srv := redistest.StartServer(b)
-	client := srv.Client()
-	counter := &redistest.Counter{}
-	client.AddHook(counter)
-	rs, err := repository.NewRedis(client, repository.Config{Prefix: "bench:"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	keys := rs.Keys()
-	store := repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), rs, repository.DualConfig{SharedWork: true})
-	locks, err := redislock.New(client, redislock.Config{
-		LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
-		FenceKey: func(t string) string { k, _ := keys.Fence(t); return k },
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
 	reg := stage.NewRegistry(stage.Options{InlineKinds: []string{"noop", "fail", "hold"}})
 	if err := reg.Register("fail", stage.KindFunc(func(task.StageSpec, stage.Env) (stage.Runnable, error) {
 		return stage.RunFunc(func(context.Context, stage.Input) task.Result { return task.Failure("bench: target down", false) }), nil
@@ -65,18 +45,9 @@ func newBulkBench(b *testing.B) *bulkBench {
 	})); err != nil {
 		b.Fatal(err)
 	}
-	log := zerolog.Nop()
-	c, err := facade.New(store, locks, facade.Config{
-		Instance: "bench-1", Stages: reg, Logger: &log, SharedPlans: true, MaxTenants: 100000,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		_ = c.Shutdown(sctx)
-	})
+	client, c := serverWired(b, reg, func(cfg *facade.Config) { cfg.MaxTenants = 100000 })
+	counter := &redistest.Counter{}
+	client.AddHook(counter)
 	return &bulkBench{b: b, client: client, counter: counter, coord: c}
 }
 

@@ -29,34 +29,8 @@ import (
 //	go test ./facade -run XXX -bench PlanNoop -benchtime 5x -count 5
 func BenchmarkPlanNoop(b *testing.B) {
 	const n = 1000
-	srv := redistest.StartServer(b)
-	client := srv.Client()
+	client, c := serverWired(b, stage.NewRegistry(stage.Options{}), func(*facade.Config) {})
 	ctx := context.Background()
-	rs, err := repository.NewRedis(client, repository.Config{Prefix: "bench:"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	keys := rs.Keys()
-	store := repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), rs, repository.DualConfig{SharedWork: true})
-	locks, err := redislock.New(client, redislock.Config{
-		LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
-		FenceKey: func(t string) string { k, _ := keys.Fence(t); return k },
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	log := zerolog.Nop()
-	c, err := facade.New(store, locks, facade.Config{
-		Instance: "bench-1", Stages: stage.NewRegistry(stage.Options{}), Logger: &log, SharedPlans: true,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = c.Shutdown(sctx)
-	})
 	run := func(i int) {
 		s := plan.Spec{Name: "bench", Stages: []task.StageSpec{{Name: "s0", Kind: "noop"}}, MaxConcurrency: 64}
 		for j := range n {
@@ -133,4 +107,39 @@ func selfCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return d
+}
+
+// serverWired returns a coordinator wired as cmd/deploycoord wires it (the
+// Dual store with shared work, a Redis locker, shared plans) on a
+// throwaway redis-server of its own, with the stage kinds of reg and its
+// client; mod may change the configuration.
+func serverWired(b *testing.B, reg *stage.Registry, mod func(*facade.Config)) (*redis.Client, *facade.Coordinator) {
+	srv := redistest.StartServer(b)
+	client := srv.Client()
+	rs, err := repository.NewRedis(client, repository.Config{Prefix: "bench:"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := rs.Keys()
+	store := repository.NewDual(repository.NewMemory(repository.MemoryConfig{DropFinished: true}), rs, repository.DualConfig{SharedWork: true})
+	locks, err := redislock.New(client, redislock.Config{
+		LockKey:  func(t string) string { k, _ := keys.Lock(t); return k },
+		FenceKey: func(t string) string { k, _ := keys.Fence(t); return k },
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	log := zerolog.Nop()
+	cfg := facade.Config{Instance: "bench-1", Stages: reg, Logger: &log, SharedPlans: true}
+	mod(&cfg)
+	c, err := facade.New(store, locks, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = c.Shutdown(sctx)
+	})
+	return client, c
 }
